@@ -1,0 +1,213 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Mode selects where decisions are made.
+// +kubebuilder:validation:Enum=local;central;local-reconciled
+type Mode string
+
+const (
+	// ModeLocal decides in the enforcer's process only (one enforcer, or per-pod limits).
+	ModeLocal Mode = "local"
+	// ModeCentral decides every request in Redis with one atomic script.
+	ModeCentral Mode = "central"
+	// ModeLocalReconciled decides locally on a share of each limit and reconciles with Redis.
+	ModeLocalReconciled Mode = "local-reconciled"
+)
+
+// Fairness selects how contended global capacity is shared.
+// +kubebuilder:validation:Enum=none;maxmin;wfq;drr
+type Fairness string
+
+const (
+	// FairnessNone is first come, first served (tier floors are kept as reserves).
+	FairnessNone Fairness = "none"
+	// FairnessMaxMin is weighted max-min water-filling over measured demand.
+	FairnessMaxMin Fairness = "maxmin"
+	// FairnessWFQ is weighted fair queueing.
+	FairnessWFQ Fairness = "wfq"
+	// FairnessDRR is deficit round robin.
+	FairnessDRR Fairness = "drr"
+)
+
+// FailureMode says what an enforcer does when its shared state (Redis) is unreachable.
+// +kubebuilder:validation:Enum=degrade;allow;deny
+type FailureMode string
+
+const (
+	// FailureDegrade enforces locally with this node's share of every limit.
+	FailureDegrade FailureMode = "degrade"
+	// FailureAllow admits everything while Redis is unreachable.
+	FailureAllow FailureMode = "allow"
+	// FailureDeny denies everything while Redis is unreachable.
+	FailureDeny FailureMode = "deny"
+)
+
+// UnknownPolicy says what happens to a tenant or endpoint the plane does not name.
+// +kubebuilder:validation:Enum=default;deny
+type UnknownPolicy string
+
+const (
+	// UnknownDefault treats the unknown name with the defaults (default tier, cost 1).
+	UnknownDefault UnknownPolicy = "default"
+	// UnknownDeny denies requests for unknown names.
+	UnknownDeny UnknownPolicy = "deny"
+)
+
+// Tier is a class of tenants with default limits, a fairness weight and a floor.
+type Tier struct {
+	// name identifies the tier, for example enterprise, standard or free.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// weight is the tier's share of contended global capacity relative to other
+	// tiers, and its priority: tiers with a higher weight are shed later. Default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	Weight int64 `json:"weight,omitempty"`
+
+	// floorPercent is the percentage of the global limit kept available to this
+	// tier under global pressure. Floors of all tiers add up to at most 100.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	FloorPercent int64 `json:"floorPercent,omitempty"`
+
+	// tenant is the default per-tenant limit of the tier's tenants. Unset means
+	// tenants of the tier are bounded only by the global limit.
+	// +optional
+	Tenant *Limit `json:"tenant,omitempty"`
+
+	// key is the default per-api-key limit of the tier's tenants. Unset means no key limit.
+	// +optional
+	Key *Limit `json:"key,omitempty"`
+
+	// hard tenants never borrow from the burst pool.
+	// +optional
+	Hard bool `json:"hard,omitempty"`
+}
+
+// EnforcerFleet says how the manager scales the enforcer Deployment.
+type EnforcerFleet struct {
+	// deploymentName is the enforcer Deployment in the plane's namespace.
+	// +optional
+	DeploymentName string `json:"deploymentName,omitempty"`
+
+	// minReplicas is the fewest enforcers. Default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// maxReplicas is the most enforcers. Default 10.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
+
+	// targetRatePerReplica is the decision rate (per second) one enforcer should carry.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	TargetRatePerReplica int64 `json:"targetRatePerReplica,omitempty"`
+}
+
+// QuotaPlaneSpec is what belongs to the whole plane.
+type QuotaPlaneSpec struct {
+	// global is the limit on all traffic of the plane.
+	// +required
+	Global Limit `json:"global"`
+
+	// mode is where decisions are made: local, central or local-reconciled. Default local.
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+
+	// reconcileInterval is how often local-reconciled enforcers reconcile with Redis. Default 200ms.
+	// +optional
+	ReconcileInterval *metav1.Duration `json:"reconcileInterval,omitempty"`
+
+	// fairness is how contended global capacity is shared: none, maxmin, wfq or drr. Default maxmin.
+	// +optional
+	Fairness Fairness `json:"fairness,omitempty"`
+
+	// failureMode is what enforcers do when Redis is unreachable: degrade, allow or deny. Default degrade.
+	// +optional
+	FailureMode FailureMode `json:"failureMode,omitempty"`
+
+	// defaultTier is the tier of tenants that name none and of unknown tenants.
+	// Defaults to the tier with the lowest weight.
+	// +optional
+	DefaultTier string `json:"defaultTier,omitempty"`
+
+	// unknownTenants is what happens to tenants without a TenantQuota: default
+	// (the default tier's limits) or deny. Default default.
+	// +optional
+	UnknownTenants UnknownPolicy `json:"unknownTenants,omitempty"`
+
+	// unknownEndpoints is what happens to endpoints without an EndpointQuota:
+	// default (cost 1, no endpoint limit) or deny. Default default.
+	// +optional
+	UnknownEndpoints UnknownPolicy `json:"unknownEndpoints,omitempty"`
+
+	// tiers are the plane's tenant classes.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	Tiers []Tier `json:"tiers"`
+
+	// enforcer says how the manager scales the enforcer fleet.
+	// +optional
+	Enforcer EnforcerFleet `json:"enforcer,omitempty"`
+}
+
+// QuotaPlaneStatus is the published state of the plane.
+type QuotaPlaneStatus struct {
+	QuotaStatus `json:",inline"`
+
+	// publishedVersion is the policy version last published to Redis.
+	// +optional
+	PublishedVersion int64 `json:"publishedVersion,omitempty"`
+
+	// publishedHash is the content hash of the published policy.
+	// +optional
+	PublishedHash string `json:"publishedHash,omitempty"`
+
+	// enforcersReady is how many enforcers report the published version loaded.
+	// +optional
+	EnforcersReady int32 `json:"enforcersReady,omitempty"`
+
+	// replicas is the enforcer Deployment's replica count the manager last set.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+}
+
+// QuotaPlane is one quota plane: its global limit, tiers, mode and fairness.
+// All quota objects in its namespace belong to it.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=qp
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Fairness",type=string,JSONPath=`.spec.fairness`
+// +kubebuilder:printcolumn:name="Global",type=integer,JSONPath=`.spec.global.rate`
+// +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.status.publishedVersion`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type QuotaPlane struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   QuotaPlaneSpec   `json:"spec"`
+	Status QuotaPlaneStatus `json:"status,omitempty"`
+}
+
+// QuotaPlaneList is a list of QuotaPlane.
+// +kubebuilder:object:root=true
+type QuotaPlaneList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []QuotaPlane `json:"items"`
+}

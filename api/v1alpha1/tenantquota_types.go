@@ -1,0 +1,97 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KeyQuota overrides the limit of one api key of a tenant.
+type KeyQuota struct {
+	// key is the api key, as sent in X-Api-Key.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Key string `json:"key"`
+
+	// limit is the key's limit.
+	// +required
+	Limit Limit `json:"limit"`
+}
+
+// TenantEndpointQuota overrides one endpoint's limit for a tenant.
+type TenantEndpointQuota struct {
+	// endpoint is the endpoint name, as in POST /api/{endpoint}.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Endpoint string `json:"endpoint"`
+
+	// limit is the tenant's limit on this endpoint.
+	// +required
+	Limit Limit `json:"limit"`
+}
+
+// TenantQuotaSpec describes one tenant's quota.
+type TenantQuotaSpec struct {
+	// tenant is the tenant id, as sent in X-Tenant.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Tenant string `json:"tenant"`
+
+	// tier is the tenant's tier, one of the QuotaPlane's tiers. Defaults to the plane's defaultTier.
+	// +optional
+	Tier string `json:"tier,omitempty"`
+
+	// limit overrides the tier's per-tenant limit.
+	// +optional
+	Limit *Limit `json:"limit,omitempty"`
+
+	// weight overrides the tier's fairness weight for this tenant.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	Weight *int64 `json:"weight,omitempty"`
+
+	// hard overrides the tier's hard flag: a hard tenant never borrows from the burst pool.
+	// +optional
+	Hard *bool `json:"hard,omitempty"`
+
+	// keys override the tier's per-key limit for named api keys.
+	// +optional
+	// +listType=map
+	// +listMapKey=key
+	// +kubebuilder:validation:MaxItems=1000
+	Keys []KeyQuota `json:"keys,omitempty"`
+
+	// endpoints override endpoint limits for this tenant.
+	// +optional
+	// +listType=map
+	// +listMapKey=endpoint
+	// +kubebuilder:validation:MaxItems=256
+	Endpoints []TenantEndpointQuota `json:"endpoints,omitempty"`
+}
+
+// TenantQuota is one tenant's quota within the plane of its namespace.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tq
+// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenant`
+// +kubebuilder:printcolumn:name="Tier",type=string,JSONPath=`.spec.tier`
+// +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.status.policyVersion`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TenantQuota struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TenantQuotaSpec `json:"spec"`
+	Status QuotaStatus     `json:"status,omitempty"`
+}
+
+// TenantQuotaList is a list of TenantQuota.
+// +kubebuilder:object:root=true
+type TenantQuotaList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TenantQuota `json:"items"`
+}
