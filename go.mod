@@ -2,7 +2,10 @@ module github.com/quotaplane/quotaplane
 
 go 1.26.8
 
-require k8s.io/apimachinery v0.37.0
+require (
+	k8s.io/apimachinery v0.37.0
+	sigs.k8s.io/yaml v1.6.0
+)
 
 require (
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect

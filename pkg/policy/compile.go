@@ -1,0 +1,480 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/quotaplane/quotaplane/api/v1alpha1"
+)
+
+// Defaults applied by Compile where a field is unset.
+const (
+	DefaultPeriod            = time.Second
+	DefaultReconcileInterval = 200 * time.Millisecond
+	MinReconcileInterval     = 10 * time.Millisecond
+	DefaultMaxReplicas       = 10
+)
+
+// Problem is one thing wrong with one object: which object, which field, and
+// what to do about it.
+type Problem struct {
+	Kind      string
+	Namespace string
+	Name      string
+	// Field is the path of the offending field, such as "spec.tiers[1].weight";
+	// empty when the problem is the object as a whole.
+	Field   string
+	Message string
+}
+
+// Object names the object: "TenantQuota team-a/acme".
+func (p Problem) Object() string {
+	if p.Namespace == "" {
+		return p.Kind + " " + p.Name
+	}
+	return p.Kind + " " + p.Namespace + "/" + p.Name
+}
+
+func (p Problem) String() string {
+	if p.Field == "" {
+		return p.Object() + ": " + p.Message
+	}
+	return p.Object() + ": " + p.Field + ": " + p.Message
+}
+
+// Error makes a Problem usable as an error.
+func (p Problem) Error() string { return p.String() }
+
+// problems collects problems for one object and remembers whether any was found.
+type problems struct {
+	kind, namespace, name string
+	list                  *[]Problem
+	found                 bool
+}
+
+func (ps *problems) add(field, format string, args ...any) {
+	ps.found = true
+	*ps.list = append(*ps.list, Problem{Kind: ps.kind, Namespace: ps.namespace, Name: ps.name, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func newProblems(list *[]Problem, kind string, meta metav1.Object) *problems {
+	return &problems{kind: kind, namespace: meta.GetNamespace(), name: meta.GetName(), list: list}
+}
+
+// Compile compiles the objects of one plane (one namespace) into a Policy.
+//
+// Objects with problems are left out and reported; the policy is nil only when
+// the plane as a whole cannot be compiled (see the package doc). The result
+// does not depend on the order of objs.
+func Compile(objs []runtime.Object) (*Policy, []Problem) {
+	var (
+		list      []Problem
+		planes    []*v1alpha1.QuotaPlane
+		tenants   []*v1alpha1.TenantQuota
+		endpoints []*v1alpha1.EndpointQuota
+		pools     []*v1alpha1.BurstPool
+	)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1alpha1.QuotaPlane:
+			planes = append(planes, o)
+		case *v1alpha1.TenantQuota:
+			tenants = append(tenants, o)
+		case *v1alpha1.EndpointQuota:
+			endpoints = append(endpoints, o)
+		case *v1alpha1.BurstPool:
+			pools = append(pools, o)
+		default:
+			list = append(list, Problem{Kind: fmt.Sprintf("%T", o), Message: "not a quotaplane.io/v1alpha1 kind; only QuotaPlane, TenantQuota, EndpointQuota and BurstPool belong to a plane"})
+		}
+	}
+	byName := func(a, b metav1.Object) int {
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
+	}
+	slices.SortFunc(planes, func(a, b *v1alpha1.QuotaPlane) int { return byName(a, b) })
+
+	switch len(planes) {
+	case 0:
+		ns := ""
+		if len(objs) > 0 {
+			if m, ok := objs[0].(metav1.Object); ok {
+				ns = m.GetNamespace()
+			}
+		}
+		list = append(list, Problem{Kind: "QuotaPlane", Namespace: ns, Message: "the plane has no QuotaPlane; create one that sets the global limit and the tiers"})
+		return nil, sortProblems(list)
+	case 1:
+	default:
+		names := make([]string, len(planes))
+		for i, p := range planes {
+			names[i] = p.Namespace + "/" + p.Name
+		}
+		for _, p := range planes {
+			newProblems(&list, "QuotaPlane", p).add("", "found %d QuotaPlanes (%s); a namespace holds exactly one plane: delete all but one", len(planes), strings.Join(names, ", "))
+		}
+		return nil, sortProblems(list)
+	}
+
+	plane := planes[0]
+	spec, ok := compilePlane(plane, &list)
+	if !ok {
+		return nil, sortProblems(list)
+	}
+	inPlane := func(kind string, o metav1.Object) bool {
+		if o.GetNamespace() == plane.Namespace {
+			return true
+		}
+		newProblems(&list, kind, o).add("metadata.namespace", "object is in namespace %q but the plane %s is in %q; all objects of a plane live in its namespace", o.GetNamespace(), plane.Name, plane.Namespace)
+		return false
+	}
+
+	tiers := map[string]Tier{}
+	for _, t := range spec.Tiers {
+		tiers[t.Name] = t
+	}
+
+	// Endpoints first: tenant overrides refer to them.
+	slices.SortFunc(endpoints, func(a, b *v1alpha1.EndpointQuota) int {
+		return cmp.Or(cmp.Compare(a.Spec.Endpoint, b.Spec.Endpoint), byName(a, b))
+	})
+	owner := map[string]string{}
+	for _, eq := range endpoints {
+		if !inPlane("EndpointQuota", eq) {
+			continue
+		}
+		ps := newProblems(&list, "EndpointQuota", eq)
+		if first, dup := owner[eq.Spec.Endpoint]; dup {
+			ps.add("spec.endpoint", "endpoint %q is already defined by EndpointQuota %s; merge the two objects or rename this endpoint", eq.Spec.Endpoint, first)
+			continue
+		}
+		if e, ok := compileEndpoint(eq, tiers, ps); ok {
+			owner[e.Name] = eq.Name
+			spec.Endpoints = append(spec.Endpoints, e)
+		}
+	}
+	endpointNames := map[string]bool{}
+	for _, e := range spec.Endpoints {
+		endpointNames[e.Name] = true
+	}
+
+	slices.SortFunc(tenants, func(a, b *v1alpha1.TenantQuota) int {
+		return cmp.Or(cmp.Compare(a.Spec.Tenant, b.Spec.Tenant), byName(a, b))
+	})
+	clear(owner)
+	for _, tq := range tenants {
+		if !inPlane("TenantQuota", tq) {
+			continue
+		}
+		ps := newProblems(&list, "TenantQuota", tq)
+		if first, dup := owner[tq.Spec.Tenant]; dup {
+			ps.add("spec.tenant", "tenant %q already has TenantQuota %s; merge the two objects (one TenantQuota per tenant)", tq.Spec.Tenant, first)
+			continue
+		}
+		if t, ok := compileTenant(tq, spec.DefaultTier, tiers, endpointNames, ps); ok {
+			owner[t.Name] = tq.Name
+			spec.Tenants = append(spec.Tenants, t)
+		}
+	}
+
+	slices.SortFunc(pools, func(a, b *v1alpha1.BurstPool) int { return byName(a, b) })
+	for _, bp := range pools {
+		if !inPlane("BurstPool", bp) {
+			continue
+		}
+		ps := newProblems(&list, "BurstPool", bp)
+		if spec.BurstPool != nil {
+			ps.add("", "the plane already has BurstPool %s; a plane has at most one burst pool: delete this one or merge them", owner["\x00pool"])
+			continue
+		}
+		if pool, ok := compilePool(bp, tiers, ps); ok {
+			spec.BurstPool = &pool
+			owner["\x00pool"] = bp.Name
+		}
+	}
+
+	p, err := newPolicy(spec)
+	if err != nil {
+		// Compile validated everything newPolicy checks; reaching this is a bug.
+		newProblems(&list, "QuotaPlane", plane).add("", "internal error compiling the plane: %v", err)
+		return nil, sortProblems(list)
+	}
+	return p, sortProblems(list)
+}
+
+func sortProblems(list []Problem) []Problem {
+	slices.SortStableFunc(list, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Field, b.Field), cmp.Compare(a.Message, b.Message))
+	})
+	return list
+}
+
+func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
+	ps := newProblems(list, "QuotaPlane", qp)
+	s := qp.Spec
+	spec := Spec{
+		Namespace:         qp.Namespace,
+		Plane:             qp.Name,
+		Mode:              enum(ps, "spec.mode", string(s.Mode), "local", "local", "central", "local-reconciled"),
+		Fairness:          enum(ps, "spec.fairness", string(s.Fairness), "maxmin", "none", "maxmin", "wfq", "drr"),
+		FailureMode:       enum(ps, "spec.failureMode", string(s.FailureMode), "degrade", "degrade", "allow", "deny"),
+		UnknownTenants:    enum(ps, "spec.unknownTenants", string(s.UnknownTenants), "default", "default", "deny"),
+		UnknownEndpoints:  enum(ps, "spec.unknownEndpoints", string(s.UnknownEndpoints), "default", "default", "deny"),
+		ReconcileInterval: DefaultReconcileInterval,
+		Endpoints:         []Endpoint{},
+		Tenants:           []Tenant{},
+	}
+	if ri := s.ReconcileInterval; ri != nil {
+		if ri.Duration < MinReconcileInterval || ri.Duration > time.Hour {
+			ps.add("spec.reconcileInterval", "%s is out of range; use a duration between %s and 1h (default %s)", ri.Duration, MinReconcileInterval, DefaultReconcileInterval)
+		}
+		spec.ReconcileInterval = ri.Duration
+	}
+	spec.Global = compileLimit(s.Global, "spec.global", ps)
+	if spec.Global.Algorithm == SlidingWindow {
+		ps.add("spec.global.algorithm", "the global limit must be a tokenBucket: fairness and reconciliation work on its refill rate")
+	}
+
+	if len(s.Tiers) == 0 {
+		ps.add("spec.tiers", "a plane needs at least one tier; add for example {name: standard, weight: 1}")
+	}
+	seen := map[string]bool{}
+	var floors int64
+	for i, t := range s.Tiers {
+		field := fmt.Sprintf("spec.tiers[%d]", i)
+		if t.Name == "" {
+			ps.add(field+".name", "a tier needs a name")
+		}
+		if seen[t.Name] {
+			ps.add(field+".name", "tier %q is defined twice; tier names must be unique", t.Name)
+		}
+		seen[t.Name] = true
+		tier := Tier{Name: t.Name, Weight: t.Weight, FloorPercent: t.FloorPercent, Hard: t.Hard}
+		if tier.Weight == 0 {
+			tier.Weight = 1
+		}
+		if tier.Weight < 1 || tier.Weight > 1_000_000 {
+			ps.add(field+".weight", "weight %d is out of range; use 1 to 1000000", t.Weight)
+		}
+		if t.FloorPercent < 0 || t.FloorPercent > 100 {
+			ps.add(field+".floorPercent", "floorPercent %d is out of range; use 0 to 100", t.FloorPercent)
+		}
+		floors += t.FloorPercent
+		if t.Tenant != nil {
+			l := compileLimit(*t.Tenant, field+".tenant", ps)
+			tier.Tenant = &l
+		}
+		if t.Key != nil {
+			l := compileLimit(*t.Key, field+".key", ps)
+			tier.Key = &l
+		}
+		spec.Tiers = append(spec.Tiers, tier)
+	}
+	if floors > 100 {
+		ps.add("spec.tiers", "tier floors add up to %d%%; they must add up to at most 100%% of the global limit: lower some floorPercent", floors)
+	}
+	slices.SortFunc(spec.Tiers, func(a, b Tier) int { return cmp.Or(cmp.Compare(b.Weight, a.Weight), cmp.Compare(a.Name, b.Name)) })
+	switch {
+	case s.DefaultTier != "":
+		if !seen[s.DefaultTier] {
+			ps.add("spec.defaultTier", "tier %q is not one of the plane's tiers (%s)", s.DefaultTier, tierNames(spec.Tiers))
+		}
+		spec.DefaultTier = s.DefaultTier
+	case len(spec.Tiers) > 0:
+		spec.DefaultTier = spec.Tiers[len(spec.Tiers)-1].Name // the least protected tier
+	}
+
+	e := s.Enforcer
+	spec.Enforcer = Enforcer{DeploymentName: e.DeploymentName, MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas, TargetRatePerReplica: e.TargetRatePerReplica}
+	if spec.Enforcer.MinReplicas == 0 {
+		spec.Enforcer.MinReplicas = 1
+	}
+	if spec.Enforcer.MaxReplicas == 0 {
+		spec.Enforcer.MaxReplicas = max(DefaultMaxReplicas, spec.Enforcer.MinReplicas)
+	}
+	if spec.Enforcer.MinReplicas < 0 || spec.Enforcer.MaxReplicas < spec.Enforcer.MinReplicas {
+		ps.add("spec.enforcer", "minReplicas %d and maxReplicas %d must satisfy 0 <= minReplicas <= maxReplicas", e.MinReplicas, e.MaxReplicas)
+	}
+	if e.TargetRatePerReplica < 0 {
+		ps.add("spec.enforcer.targetRatePerReplica", "must not be negative")
+	}
+	return spec, !ps.found
+}
+
+func tierNames(tiers []Tier) string {
+	names := make([]string, len(tiers))
+	for i, t := range tiers {
+		names[i] = t.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// enum returns value, or def when it is empty, and reports a value outside allowed.
+func enum(ps *problems, field, value, def string, allowed ...string) string {
+	if value == "" {
+		return def
+	}
+	if !slices.Contains(allowed, value) {
+		ps.add(field, "%q is not valid; use one of %s", value, strings.Join(allowed, ", "))
+	}
+	return value
+}
+
+// compileLimit applies defaults and reports every out-of-range value.
+func compileLimit(in v1alpha1.Limit, field string, ps *problems) Limit {
+	l := Limit{Rate: in.Rate, Burst: in.Burst, Period: DefaultPeriod, Algorithm: TokenBucket}
+	if in.Period != nil {
+		l.Period = in.Period.Duration
+	}
+	switch in.Algorithm {
+	case "", v1alpha1.TokenBucket:
+	case v1alpha1.SlidingWindow:
+		l.Algorithm = SlidingWindow
+	default:
+		ps.add(field+".algorithm", "%q is not an algorithm; use tokenBucket or slidingWindow", in.Algorithm)
+	}
+	if l.Burst == 0 || l.Algorithm == SlidingWindow {
+		l.Burst = max(l.Rate, 1)
+	}
+	switch {
+	case l.Rate < 0 || l.Rate > MaxRate:
+		ps.add(field+".rate", "rate %d is out of range; use 0 to %d tokens per period (0 means no refill)", l.Rate, MaxRate)
+	case l.Algorithm == SlidingWindow && (l.Rate < 1 || l.Rate > MaxSlidingWindowRate):
+		ps.add(field+".rate", "a slidingWindow keeps one entry per request, so its rate must be 1 to %d; use tokenBucket for larger limits", MaxSlidingWindowRate)
+	}
+	if l.Burst < 1 || l.Burst > MaxRate {
+		ps.add(field+".burst", "burst %d is out of range; use 1 to %d", l.Burst, MaxRate)
+	}
+	switch {
+	case l.Period < MinPeriod || l.Period > MaxPeriod:
+		ps.add(field+".period", "period %s is out of range; use %s to %s", l.Period, MinPeriod, MaxPeriod)
+	case l.Period%time.Microsecond != 0:
+		ps.add(field+".period", "period %s has sub-microsecond precision; round it to whole microseconds", l.Period)
+	case l.Burst >= 1 && l.Burst <= MaxRate && l.Burst > MaxScaledLevel/l.PeriodMicros():
+		ps.add(field, "burst %d × period %s is too large to count exactly (burst × period in µs must be at most 2^53); shorten the period or lower the burst", l.Burst, l.Period)
+	}
+	return l
+}
+
+func compileEndpoint(eq *v1alpha1.EndpointQuota, tiers map[string]Tier, ps *problems) (Endpoint, bool) {
+	s := eq.Spec
+	e := Endpoint{Name: s.Endpoint, Cost: s.Cost}
+	if e.Cost == 0 {
+		e.Cost = 1
+	}
+	if e.Name == "" || strings.ContainsAny(e.Name, "/ \t\r\n") {
+		ps.add("spec.endpoint", "%q is not an endpoint name; use the {endpoint} of POST /api/{endpoint}, without slashes or spaces", e.Name)
+	}
+	if e.Cost < 1 || e.Cost > MaxCost {
+		ps.add("spec.cost", "cost %d is out of range; use 1 to %d", s.Cost, MaxCost)
+	}
+	if s.Limit != nil {
+		l := compileLimit(*s.Limit, "spec.limit", ps)
+		e.Limit = &l
+	}
+	seen := map[string]bool{}
+	for i, tl := range s.Tiers {
+		field := fmt.Sprintf("spec.tiers[%d]", i)
+		if _, ok := tiers[tl.Tier]; !ok {
+			ps.add(field+".tier", "tier %q is not one of the plane's tiers; use one of %s", tl.Tier, sortedKeys(tiers))
+		}
+		if seen[tl.Tier] {
+			ps.add(field+".tier", "tier %q is listed twice", tl.Tier)
+		}
+		seen[tl.Tier] = true
+		e.Tiers = append(e.Tiers, TierLimit{Tier: tl.Tier, Limit: compileLimit(tl.Limit, field+".limit", ps)})
+	}
+	slices.SortFunc(e.Tiers, func(a, b TierLimit) int { return cmp.Compare(a.Tier, b.Tier) })
+	return e, !ps.found
+}
+
+func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, tiers map[string]Tier, endpoints map[string]bool, ps *problems) (Tenant, bool) {
+	s := tq.Spec
+	t := Tenant{Name: s.Tenant, Tier: s.Tier}
+	if t.Name == "" {
+		ps.add("spec.tenant", "a TenantQuota needs the tenant id, as sent in X-Tenant")
+	}
+	if t.Tier == "" {
+		t.Tier = defaultTier
+	}
+	tier, ok := tiers[t.Tier]
+	if !ok {
+		ps.add("spec.tier", "tier %q is not one of the plane's tiers; use one of %s", t.Tier, sortedKeys(tiers))
+	}
+	t.Limit, t.Weight, t.Hard = tier.Tenant, tier.Weight, tier.Hard
+	if s.Limit != nil {
+		l := compileLimit(*s.Limit, "spec.limit", ps)
+		t.Limit = &l
+	}
+	if s.Weight != nil {
+		t.Weight = *s.Weight
+		if t.Weight < 1 || t.Weight > 1_000_000 {
+			ps.add("spec.weight", "weight %d is out of range; use 1 to 1000000", t.Weight)
+		}
+	}
+	if s.Hard != nil {
+		t.Hard = *s.Hard
+	}
+	seen := map[string]bool{}
+	for i, k := range s.Keys {
+		field := fmt.Sprintf("spec.keys[%d]", i)
+		if k.Key == "" {
+			ps.add(field+".key", "an api key override needs the key")
+		}
+		if seen[k.Key] {
+			ps.add(field+".key", "api key %q is listed twice", k.Key)
+		}
+		seen[k.Key] = true
+		t.Keys = append(t.Keys, KeyLimit{Key: k.Key, Limit: compileLimit(k.Limit, field+".limit", ps)})
+	}
+	slices.SortFunc(t.Keys, func(a, b KeyLimit) int { return cmp.Compare(a.Key, b.Key) })
+	clear(seen)
+	for i, e := range s.Endpoints {
+		field := fmt.Sprintf("spec.endpoints[%d]", i)
+		if !endpoints[e.Endpoint] {
+			ps.add(field+".endpoint", "endpoint %q has no valid EndpointQuota in this plane; create one or remove this override", e.Endpoint)
+		}
+		if seen[e.Endpoint] {
+			ps.add(field+".endpoint", "endpoint %q is listed twice", e.Endpoint)
+		}
+		seen[e.Endpoint] = true
+		t.Endpoints = append(t.Endpoints, EndpointLimit{Endpoint: e.Endpoint, Limit: compileLimit(e.Limit, field+".limit", ps)})
+	}
+	slices.SortFunc(t.Endpoints, func(a, b EndpointLimit) int { return cmp.Compare(a.Endpoint, b.Endpoint) })
+	return t, !ps.found
+}
+
+func compilePool(bp *v1alpha1.BurstPool, tiers map[string]Tier, ps *problems) (BurstPool, bool) {
+	s := bp.Spec
+	p := BurstPool{Size: s.Size, RefillRate: s.RefillRate, PerTenantCeiling: s.PerTenantCeiling}
+	if p.Size < 1 || p.Size > MaxRate {
+		ps.add("spec.size", "size %d is out of range; use 1 to %d tokens", p.Size, MaxRate)
+	}
+	if p.RefillRate < 0 || p.RefillRate > MaxRate {
+		ps.add("spec.refillRate", "refillRate %d is out of range; use 0 to %d tokens per second", p.RefillRate, MaxRate)
+	}
+	if p.PerTenantCeiling < 1 || p.PerTenantCeiling > p.Size {
+		ps.add("spec.perTenantCeiling", "perTenantCeiling %d must be between 1 and the pool size %d", p.PerTenantCeiling, p.Size)
+	}
+	for i, t := range s.Tiers {
+		if _, ok := tiers[t]; !ok {
+			ps.add(fmt.Sprintf("spec.tiers[%d]", i), "tier %q is not one of the plane's tiers; use one of %s", t, sortedKeys(tiers))
+		}
+	}
+	p.Tiers = slices.Compact(slices.Sorted(slices.Values(s.Tiers)))
+	return p, !ps.found
+}
+
+func sortedKeys(m map[string]Tier) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ", ")
+}

@@ -1,0 +1,167 @@
+package policy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quotaplane/quotaplane/api/v1alpha1"
+)
+
+// DefaultNamespace is the namespace of objects in files that name none.
+const DefaultNamespace = "default"
+
+// maxFileBytes bounds one file read by LoadDir.
+const maxFileBytes = 16 << 20
+
+// LoadDir reads every *.yaml, *.yml and *.json file directly in dir (hidden
+// entries, such as the ..data links of a mounted ConfigMap, are skipped),
+// decodes the quotaplane.io objects in them and compiles them. Documents of
+// other API groups (a kustomization, say) are ignored. Any problem, in a file
+// or in the compiled objects, is an error that lists them all.
+func LoadDir(dir string) (*Policy, error) {
+	objs, err := ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	p, problems := Compile(objs)
+	if len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, pr := range problems {
+			errs[i] = pr
+		}
+		return nil, fmt.Errorf("%s: %d problem(s):\n%w", dir, len(problems), errors.Join(errs...))
+	}
+	return p, nil
+}
+
+// ReadDir decodes the quotaplane.io objects in the files of dir, in file name
+// order; see LoadDir.
+func ReadDir(dir string) ([]runtime.Object, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read policy directory: %w", err)
+	}
+	var objs []runtime.Object
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !slices.Contains([]string{".yaml", ".yml", ".json"}, filepath.Ext(name)) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		if info, err := os.Stat(path); err != nil || info.IsDir() {
+			continue // a dangling link mid-swap, or a directory
+		}
+		data, err := readFile(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fileObjs, err := DecodeYAML(data)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		objs = append(objs, fileObjs...)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return objs, nil
+}
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > maxFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileBytes)
+	}
+	return data, nil
+}
+
+// DecodeYAML decodes the quotaplane.io objects of a multi-document YAML (or
+// JSON) stream. Unknown fields are errors, so a misspelt field is caught
+// rather than silently ignored; objects without a namespace get DefaultNamespace.
+func DecodeYAML(data []byte) ([]runtime.Object, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []runtime.Object
+	for doc := 1; ; doc++ {
+		raw, err := reader.Read()
+		if err == io.EOF {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(raw, &tm); err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		if tm.APIVersion == "" || tm.Kind == "" {
+			if isEmptyDoc(raw) {
+				continue
+			}
+			return nil, fmt.Errorf("document %d has no apiVersion or kind; quota objects start with apiVersion: %s and a kind", doc, v1alpha1.GroupVersion)
+		}
+		if !strings.HasPrefix(tm.APIVersion, v1alpha1.GroupVersion.Group+"/") {
+			continue
+		}
+		if tm.APIVersion != v1alpha1.GroupVersion.String() {
+			return nil, fmt.Errorf("document %d: apiVersion %q is not served; use %s", doc, tm.APIVersion, v1alpha1.GroupVersion)
+		}
+		var obj interface {
+			runtime.Object
+			metav1.Object
+		}
+		switch tm.Kind {
+		case "QuotaPlane":
+			obj = &v1alpha1.QuotaPlane{}
+		case "TenantQuota":
+			obj = &v1alpha1.TenantQuota{}
+		case "EndpointQuota":
+			obj = &v1alpha1.EndpointQuota{}
+		case "BurstPool":
+			obj = &v1alpha1.BurstPool{}
+		default:
+			return nil, fmt.Errorf("document %d: kind %q is not a quotaplane.io kind; use QuotaPlane, TenantQuota, EndpointQuota or BurstPool", doc, tm.Kind)
+		}
+		if err := yaml.UnmarshalStrict(raw, obj); err != nil {
+			return nil, fmt.Errorf("document %d (%s): %w", doc, tm.Kind, err)
+		}
+		if obj.GetName() == "" {
+			return nil, fmt.Errorf("document %d (%s): metadata.name is required", doc, tm.Kind)
+		}
+		if obj.GetNamespace() == "" {
+			obj.SetNamespace(DefaultNamespace)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+// isEmptyDoc reports whether a YAML document holds nothing but comments.
+func isEmptyDoc(raw []byte) bool {
+	var v any
+	return yaml.Unmarshal(raw, &v) == nil && v == nil
+}

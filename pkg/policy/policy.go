@@ -1,0 +1,323 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// Policy is a compiled plane: immutable, safe for concurrent use, identified by
+// a content hash and, once published, a version.
+//
+// Slices reachable from the values its methods return are shared with the
+// policy and must not be modified.
+type Policy struct {
+	version int64
+	hash    string
+	spec    Spec
+	encoded []byte // canonical JSON of spec
+
+	tierIndex     map[string]int
+	endpointIndex map[string]int
+	tenantIndex   map[string]int
+	mayBorrowTier map[string]bool // nil when there is no pool
+}
+
+// Version is the published version; 0 until a publisher (or the enforcer's file
+// mode) assigns one with WithVersion.
+func (p *Policy) Version() int64 { return p.version }
+
+// Hash is the hex SHA-256 of the canonical encoding of the content.
+func (p *Policy) Hash() string { return p.hash }
+
+// WithVersion returns a copy of the policy that carries version v.
+func (p *Policy) WithVersion(v int64) *Policy {
+	c := *p
+	c.version = v
+	return &c
+}
+
+// Spec returns the compiled content. Its slices are shared: do not modify them.
+func (p *Policy) Spec() *Spec { return &p.spec }
+
+// Plane is the QuotaPlane's name.
+func (p *Policy) Plane() string { return p.spec.Plane }
+
+// Global is the plane's global limit.
+func (p *Policy) Global() Limit { return p.spec.Global }
+
+// Tier returns the named tier.
+func (p *Policy) Tier(name string) (Tier, bool) {
+	i, ok := p.tierIndex[name]
+	if !ok {
+		return Tier{}, false
+	}
+	return p.spec.Tiers[i], true
+}
+
+// Endpoints returns the plane's endpoints sorted by name; an endpoint's index
+// in this slice is stable for the life of the policy.
+func (p *Policy) Endpoints() []Endpoint { return p.spec.Endpoints }
+
+// EndpointIndex returns the index of the named endpoint in Endpoints.
+func (p *Policy) EndpointIndex(name string) (int, bool) {
+	i, ok := p.endpointIndex[name]
+	return i, ok
+}
+
+// Tenant returns a tenant the plane names.
+func (p *Policy) Tenant(name string) (Tenant, bool) {
+	i, ok := p.tenantIndex[name]
+	if !ok {
+		return Tenant{}, false
+	}
+	return p.spec.Tenants[i], true
+}
+
+// DefaultTenant returns the effective limits of a tenant the plane does not
+// name: those of tier when it names a tier of the plane, else of the default
+// tier. ok is false when the plane denies unknown tenants.
+func (p *Policy) DefaultTenant(name, tier string) (t Tenant, ok bool) {
+	if p.spec.UnknownTenants == "deny" {
+		return Tenant{}, false
+	}
+	tr, found := p.Tier(tier)
+	if !found {
+		tr, _ = p.Tier(p.spec.DefaultTier)
+	}
+	return Tenant{Name: name, Tier: tr.Name, Limit: tr.Tenant, Weight: tr.Weight, Hard: tr.Hard}, true
+}
+
+// EndpointLimit resolves the limit on endpoint ep for tenant t: the tenant's own
+// override, else the endpoint's limit for the tenant's tier, else the
+// endpoint's default limit; nil means no endpoint limit.
+func (p *Policy) EndpointLimit(t *Tenant, ep int) *Limit {
+	e := &p.spec.Endpoints[ep]
+	for i := range t.Endpoints {
+		if t.Endpoints[i].Endpoint == e.Name {
+			return &t.Endpoints[i].Limit
+		}
+	}
+	for i := range e.Tiers {
+		if e.Tiers[i].Tier == t.Tier {
+			return &e.Tiers[i].Limit
+		}
+	}
+	return e.Limit
+}
+
+// KeyLimit resolves the limit on api key key of tenant t: the tenant's override
+// for that key, else its tier's key limit; nil means no key limit.
+func (p *Policy) KeyLimit(t *Tenant, key string) *Limit {
+	if i, ok := slices.BinarySearchFunc(t.Keys, key, func(k KeyLimit, key string) int {
+		switch {
+		case k.Key < key:
+			return -1
+		case k.Key > key:
+			return 1
+		}
+		return 0
+	}); ok {
+		return &t.Keys[i].Limit
+	}
+	if tr, ok := p.Tier(t.Tier); ok {
+		return tr.Key
+	}
+	return nil
+}
+
+// MayBorrow says whether tenant t may borrow from the burst pool: there is a
+// pool, the tenant is soft, and the pool admits its tier.
+func (p *Policy) MayBorrow(t *Tenant) bool {
+	if p.spec.BurstPool == nil || t.Hard {
+		return false
+	}
+	return len(p.spec.BurstPool.Tiers) == 0 || p.mayBorrowTier[t.Tier]
+}
+
+// Encode returns the canonical encoding of the policy: its version, hash and
+// content. Decode reverses it.
+func (p *Policy) Encode() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"version":%d,"hash":%q,"spec":`, p.version, p.hash)
+	b.Write(p.encoded)
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// EncodedSpec returns the canonical encoding of the content alone, the bytes
+// the hash covers.
+func (p *Policy) EncodedSpec() []byte { return slices.Clone(p.encoded) }
+
+type envelope struct {
+	Version int64           `json:"version"`
+	Hash    string          `json:"hash"`
+	Spec    json.RawMessage `json:"spec"`
+}
+
+// Decode parses an encoding made by Encode, checks its hash and revalidates
+// the content, so a corrupt or hand-edited blob is never loaded.
+func Decode(data []byte) (*Policy, error) {
+	var env envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("decode policy: %w", err)
+	}
+	var spec Spec
+	dec := json.NewDecoder(bytes.NewReader(env.Spec))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return nil, fmt.Errorf("decode policy spec: %w", err)
+	}
+	p, err := newPolicy(spec)
+	if err != nil {
+		return nil, fmt.Errorf("decode policy: %w", err)
+	}
+	if env.Hash != p.hash {
+		return nil, fmt.Errorf("decode policy: content hash %s does not match the recorded hash %s", p.hash, env.Hash)
+	}
+	p.version = env.Version
+	return p, nil
+}
+
+// newPolicy builds the indexes and the canonical encoding of a spec that is
+// already in canonical order, and checks the invariants the engine relies on.
+func newPolicy(spec Spec) (*Policy, error) {
+	if err := checkSpec(&spec); err != nil {
+		return nil, err
+	}
+	enc, err := json.Marshal(&spec)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(enc)
+	p := &Policy{
+		hash:          hex.EncodeToString(sum[:]),
+		spec:          spec,
+		encoded:       enc,
+		tierIndex:     make(map[string]int, len(spec.Tiers)),
+		endpointIndex: make(map[string]int, len(spec.Endpoints)),
+		tenantIndex:   make(map[string]int, len(spec.Tenants)),
+	}
+	for i, t := range spec.Tiers {
+		p.tierIndex[t.Name] = i
+	}
+	for i, e := range spec.Endpoints {
+		p.endpointIndex[e.Name] = i
+	}
+	for i, t := range spec.Tenants {
+		p.spec.Tenants[i].Known = true
+		p.tenantIndex[t.Name] = i
+	}
+	if bp := spec.BurstPool; bp != nil {
+		p.mayBorrowTier = make(map[string]bool, len(bp.Tiers))
+		for _, t := range bp.Tiers {
+			p.mayBorrowTier[t] = true
+		}
+	}
+	return p, nil
+}
+
+// checkSpec verifies what the engine relies on, for specs that did not come
+// from Compile (Decode): canonical order, known references, limits in range.
+func checkSpec(s *Spec) error {
+	if len(s.Tiers) == 0 {
+		return fmt.Errorf("spec has no tiers")
+	}
+	tiers := map[string]bool{}
+	for _, t := range s.Tiers {
+		tiers[t.Name] = true
+		if err := checkLimits([]*Limit{t.Tenant, t.Key}); err != nil {
+			return fmt.Errorf("tier %s: %w", t.Name, err)
+		}
+	}
+	if !tiers[s.DefaultTier] {
+		return fmt.Errorf("default tier %q is not a tier", s.DefaultTier)
+	}
+	if err := s.Global.check(); err != nil {
+		return fmt.Errorf("global: %w", err)
+	}
+	if !slices.IsSortedFunc(s.Endpoints, func(a, b Endpoint) int { return compareStrings(a.Name, b.Name) }) ||
+		!slices.IsSortedFunc(s.Tenants, func(a, b Tenant) int { return compareStrings(a.Name, b.Name) }) {
+		return fmt.Errorf("endpoints and tenants must be sorted by name")
+	}
+	for _, e := range s.Endpoints {
+		if e.Cost < 1 || e.Cost > MaxCost {
+			return fmt.Errorf("endpoint %s: cost %d out of range", e.Name, e.Cost)
+		}
+		limits := []*Limit{e.Limit}
+		for i := range e.Tiers {
+			limits = append(limits, &e.Tiers[i].Limit)
+		}
+		if err := checkLimits(limits); err != nil {
+			return fmt.Errorf("endpoint %s: %w", e.Name, err)
+		}
+	}
+	for _, t := range s.Tenants {
+		limits := []*Limit{t.Limit}
+		for i := range t.Keys {
+			limits = append(limits, &t.Keys[i].Limit)
+		}
+		for i := range t.Endpoints {
+			limits = append(limits, &t.Endpoints[i].Limit)
+		}
+		if err := checkLimits(limits); err != nil {
+			return fmt.Errorf("tenant %s: %w", t.Name, err)
+		}
+		if !tiers[t.Tier] {
+			return fmt.Errorf("tenant %s: tier %q is not a tier", t.Name, t.Tier)
+		}
+		if t.Weight < 1 {
+			return fmt.Errorf("tenant %s: weight %d < 1", t.Name, t.Weight)
+		}
+		if !slices.IsSortedFunc(t.Keys, func(a, b KeyLimit) int { return compareStrings(a.Key, b.Key) }) {
+			return fmt.Errorf("tenant %s: keys must be sorted", t.Name)
+		}
+	}
+	if bp := s.BurstPool; bp != nil && (bp.Size < 1 || bp.RefillRate < 0 || bp.PerTenantCeiling < 1 || bp.PerTenantCeiling > bp.Size) {
+		return fmt.Errorf("burst pool %+v out of range", *bp)
+	}
+	return nil
+}
+
+func checkLimits(limits []*Limit) error {
+	for _, l := range limits {
+		if l != nil {
+			if err := l.check(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// check verifies the ranges documented on the constants above.
+func (l Limit) check() error {
+	switch {
+	case l.Algorithm != TokenBucket && l.Algorithm != SlidingWindow:
+		return fmt.Errorf("unknown algorithm %q", l.Algorithm)
+	case l.Rate < 0 || l.Rate > MaxRate:
+		return fmt.Errorf("rate %d out of range [0, %d]", l.Rate, MaxRate)
+	case l.Burst < 1 || l.Burst > MaxRate:
+		return fmt.Errorf("burst %d out of range [1, %d]", l.Burst, MaxRate)
+	case l.Period < MinPeriod || l.Period > MaxPeriod || l.Period%1000 != 0:
+		return fmt.Errorf("period %s must be a whole number of microseconds in [%s, %s]", l.Period, MinPeriod, MaxPeriod)
+	case l.Burst > MaxScaledLevel/l.PeriodMicros():
+		return fmt.Errorf("burst %d × period %s is too large (at most 2^53 token·µs)", l.Burst, l.Period)
+	case l.Algorithm == SlidingWindow && (l.Rate < 1 || l.Rate > MaxSlidingWindowRate):
+		return fmt.Errorf("sliding window rate %d out of range [1, %d]", l.Rate, MaxSlidingWindowRate)
+	}
+	return nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

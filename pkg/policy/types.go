@@ -1,0 +1,143 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm names how a limit counts.
+type Algorithm string
+
+const (
+	// TokenBucket refills Rate tokens per Period into a bucket of Burst tokens.
+	TokenBucket Algorithm = "tokenBucket"
+	// SlidingWindow admits at most Rate tokens in any window of one Period.
+	SlidingWindow Algorithm = "slidingWindow"
+)
+
+// Limits of the values a limit may take, chosen so that the engine's integer
+// arithmetic cannot overflow and agrees exactly with the Redis scripts.
+const (
+	// MaxScaledLevel bounds burst × period in microseconds: 2^53, the largest
+	// integer a Lua number holds exactly.
+	MaxScaledLevel = 1 << 53
+	// MinPeriod and MaxPeriod bound a limit's period.
+	MinPeriod = time.Millisecond
+	MaxPeriod = 366 * 24 * time.Hour
+	// MaxRate bounds a limit's rate and burst.
+	MaxRate = 1_000_000_000
+	// MaxSlidingWindowRate bounds a sliding window's rate: the window keeps one
+	// entry per admitted request, so its memory grows with the rate.
+	MaxSlidingWindowRate = 10_000
+	// MaxCost bounds an endpoint's cost.
+	MaxCost = 1_000_000
+)
+
+// Limit is a compiled limit: Rate tokens per Period, Burst tokens at once.
+type Limit struct {
+	Rate      int64         `json:"rate"`
+	Burst     int64         `json:"burst"`
+	Period    time.Duration `json:"period"`
+	Algorithm Algorithm     `json:"algorithm"`
+}
+
+// PeriodMicros is the period in microseconds, the engine's time unit.
+func (l Limit) PeriodMicros() int64 { return int64(l.Period / time.Microsecond) }
+
+// String describes the limit as people read it: "100 per 1s (burst 200)".
+func (l Limit) String() string {
+	if l.Algorithm == SlidingWindow {
+		return fmt.Sprintf("%d per %s (sliding window)", l.Rate, l.Period)
+	}
+	if l.Rate == 0 {
+		return fmt.Sprintf("%d in total (no refill)", l.Burst)
+	}
+	return fmt.Sprintf("%d per %s (burst %d)", l.Rate, l.Period, l.Burst)
+}
+
+// Tier is a compiled tier.
+type Tier struct {
+	Name         string `json:"name"`
+	Weight       int64  `json:"weight"`
+	FloorPercent int64  `json:"floorPercent"`
+	Tenant       *Limit `json:"tenant,omitempty"`
+	Key          *Limit `json:"key,omitempty"`
+	Hard         bool   `json:"hard,omitempty"`
+}
+
+// TierLimit is a limit that applies to the tenants of one tier.
+type TierLimit struct {
+	Tier  string `json:"tier"`
+	Limit Limit  `json:"limit"`
+}
+
+// Endpoint is a compiled endpoint.
+type Endpoint struct {
+	Name  string      `json:"name"`
+	Cost  int64       `json:"cost"`
+	Limit *Limit      `json:"limit,omitempty"`
+	Tiers []TierLimit `json:"tiers,omitempty"`
+}
+
+// KeyLimit is a limit on one api key.
+type KeyLimit struct {
+	Key   string `json:"key"`
+	Limit Limit  `json:"limit"`
+}
+
+// EndpointLimit is a tenant's own limit on one endpoint.
+type EndpointLimit struct {
+	Endpoint string `json:"endpoint"`
+	Limit    Limit  `json:"limit"`
+}
+
+// Tenant is a compiled tenant with its tier's defaults already applied: Limit,
+// Weight and Hard are the effective values.
+type Tenant struct {
+	Name      string          `json:"name"`
+	Tier      string          `json:"tier"`
+	Limit     *Limit          `json:"limit,omitempty"`
+	Weight    int64           `json:"weight"`
+	Hard      bool            `json:"hard,omitempty"`
+	Keys      []KeyLimit      `json:"keys,omitempty"`
+	Endpoints []EndpointLimit `json:"endpoints,omitempty"`
+	// Known is false for a tenant the plane does not name (see Policy.DefaultTenant).
+	Known bool `json:"-"`
+}
+
+// BurstPool is the compiled shared burst pool.
+type BurstPool struct {
+	Size             int64    `json:"size"`
+	RefillRate       int64    `json:"refillRate"`
+	PerTenantCeiling int64    `json:"perTenantCeiling"`
+	Tiers            []string `json:"tiers,omitempty"`
+}
+
+// Enforcer is how the manager scales the enforcer fleet.
+type Enforcer struct {
+	DeploymentName       string `json:"deploymentName,omitempty"`
+	MinReplicas          int32  `json:"minReplicas"`
+	MaxReplicas          int32  `json:"maxReplicas"`
+	TargetRatePerReplica int64  `json:"targetRatePerReplica,omitempty"`
+}
+
+// Spec is the whole compiled content of a policy, in canonical order: tiers by
+// priority (weight descending, then name), endpoints, tenants, keys and tier
+// lists by name. Its JSON encoding is what the content hash covers.
+type Spec struct {
+	Namespace         string        `json:"namespace"`
+	Plane             string        `json:"plane"`
+	Mode              string        `json:"mode"`
+	Fairness          string        `json:"fairness"`
+	FailureMode       string        `json:"failureMode"`
+	ReconcileInterval time.Duration `json:"reconcileInterval"`
+	DefaultTier       string        `json:"defaultTier"`
+	UnknownTenants    string        `json:"unknownTenants"`
+	UnknownEndpoints  string        `json:"unknownEndpoints"`
+	Global            Limit         `json:"global"`
+	Tiers             []Tier        `json:"tiers"`
+	Endpoints         []Endpoint    `json:"endpoints"`
+	Tenants           []Tenant      `json:"tenants"`
+	BurstPool         *BurstPool    `json:"burstPool,omitempty"`
+	Enforcer          Enforcer      `json:"enforcer"`
+}
