@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,13 +36,22 @@ func LoadDir(dir string) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	p, err := compileAll(objs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return p, nil
+}
+
+// compileAll compiles objs and turns any problem into an error listing all.
+func compileAll(objs []runtime.Object) (*Policy, error) {
 	p, problems := Compile(objs)
 	if len(problems) > 0 {
 		errs := make([]error, len(problems))
 		for i, pr := range problems {
 			errs[i] = pr
 		}
-		return nil, fmt.Errorf("%s: %d problem(s):\n%w", dir, len(problems), errors.Join(errs...))
+		return nil, fmt.Errorf("%d problem(s):\n%w", len(problems), errors.Join(errs...))
 	}
 	return p, nil
 }
@@ -49,7 +59,27 @@ func LoadDir(dir string) (*Policy, error) {
 // ReadDir decodes the quotaplane.io objects in the files of dir, in file name
 // order; see LoadDir.
 func ReadDir(dir string) ([]runtime.Object, error) {
-	entries, err := os.ReadDir(dir)
+	objs, err := ReadFS(os.DirFS(dir))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return objs, nil
+}
+
+// LoadFS is LoadDir over the top directory of a file system, such as the
+// embedded samples.
+func LoadFS(fsys fs.FS) (*Policy, error) {
+	objs, err := ReadFS(fsys)
+	if err != nil {
+		return nil, err
+	}
+	return compileAll(objs)
+}
+
+// ReadFS decodes the quotaplane.io objects in the files at the top of fsys,
+// in file name order; see LoadDir.
+func ReadFS(fsys fs.FS) ([]runtime.Object, error) {
+	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return nil, fmt.Errorf("read policy directory: %w", err)
 	}
@@ -60,18 +90,17 @@ func ReadDir(dir string) ([]runtime.Object, error) {
 		if strings.HasPrefix(name, ".") || !slices.Contains([]string{".yaml", ".yml", ".json"}, filepath.Ext(name)) {
 			continue
 		}
-		path := filepath.Join(dir, name)
-		if info, err := os.Stat(path); err != nil || info.IsDir() {
+		if info, err := fs.Stat(fsys, name); err != nil || info.IsDir() {
 			continue // a dangling link mid-swap, or a directory
 		}
-		data, err := readFile(path)
+		data, err := readFile(fsys, name)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		fileObjs, err := DecodeYAML(data)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
 		}
 		objs = append(objs, fileObjs...)
@@ -82,8 +111,8 @@ func ReadDir(dir string) ([]runtime.Object, error) {
 	return objs, nil
 }
 
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+func readFile(fsys fs.FS, path string) ([]byte, error) {
+	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, err
 	}

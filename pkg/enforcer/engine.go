@@ -1,0 +1,404 @@
+package enforcer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// Engine decides requests against one plane's policy. It is safe for
+// concurrent use. Its state lives in memory (mode local); the distributed
+// backends build on it.
+//
+// Lock order: a tenant's mu, then plane.mu. The fairness tick takes registry
+// shard locks and tenant locks one at a time, never while holding another.
+type Engine struct {
+	snap     atomic.Pointer[snapshot]
+	swapMu   sync.Mutex // serialises SetPolicy with itself and with pruning
+	tenants  registry
+	plane    planeState
+	fair     fairness
+	clock    func() int64 // µs since the Unix epoch
+	coarse   *coarseClock // nil when WithClock replaced it
+	closed   atomic.Bool
+	settings settings
+}
+
+// planeState is the state shared by every tenant: the global bucket and the
+// burst pool. mu guards all of it.
+type planeState struct {
+	mu     sync.Mutex
+	snap   *snapshot
+	global limiter
+	pool   limiter
+}
+
+type settings struct {
+	maxTenants     int
+	maxKeys        int
+	idleTTL        time.Duration
+	tickInterval   time.Duration
+	demandWindow   time.Duration
+	headroom       float64
+	shareBurst     time.Duration
+	clockPrecision time.Duration
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithClock replaces the engine's coarse clock (used by Decide) with now.
+func WithClock(now func() time.Time) Option {
+	return func(e *Engine) { e.clock = func() int64 { return now().UnixMicro() }; e.coarse = nil }
+}
+
+// WithMaxTenants bounds the tenants the engine keeps state for, beyond those
+// the policy names (default 50,000). Unknown tenants beyond it share one state.
+func WithMaxTenants(n int) Option { return func(e *Engine) { e.settings.maxTenants = n } }
+
+// WithMaxKeysPerTenant bounds the api keys with state per tenant (default
+// 10,000). Keys beyond it share one limiter.
+func WithMaxKeysPerTenant(n int) Option { return func(e *Engine) { e.settings.maxKeys = n } }
+
+// WithIdleTTL sets how long an unknown tenant or an api key stays idle before
+// its state may be forgotten (default 1 minute). State is forgotten only when
+// it is as a fresh one would be, so forgetting never changes a decision.
+func WithIdleTTL(d time.Duration) Option { return func(e *Engine) { e.settings.idleTTL = d } }
+
+// WithFairnessInterval sets how often demand is measured and contended
+// capacity reallocated, in the engine's (possibly virtual) time (default 100ms).
+func WithFairnessInterval(d time.Duration) Option {
+	return func(e *Engine) { e.settings.tickInterval = d }
+}
+
+// WithDemandWindow sets the time constant of the moving average that
+// measures each tenant's demand (default 1s).
+func WithDemandWindow(d time.Duration) Option { return func(e *Engine) { e.settings.demandWindow = d } }
+
+// WithFairHeadroom sets the fraction of the global rate that fair shares
+// leave unallocated under contention (default 0.01), so that estimation noise
+// does not drain the global bucket and turn the margin first-come first-served.
+func WithFairHeadroom(f float64) Option { return func(e *Engine) { e.settings.headroom = f } }
+
+// WithShareBurst sets how much of its fair share a tenant may spend at once
+// under contention, as a duration of its share rate (default 500ms).
+func WithShareBurst(d time.Duration) Option { return func(e *Engine) { e.settings.shareBurst = d } }
+
+// WithClockResolution sets the coarse clock's resolution (default 1ms).
+func WithClockResolution(d time.Duration) Option {
+	return func(e *Engine) { e.settings.clockPrecision = d }
+}
+
+// New returns an engine enforcing p.
+func New(p *policy.Policy, opts ...Option) (*Engine, error) {
+	if p == nil {
+		return nil, fmt.Errorf("enforcer: nil policy")
+	}
+	e := &Engine{settings: settings{
+		maxTenants:     50_000,
+		maxKeys:        10_000,
+		idleTTL:        time.Minute,
+		tickInterval:   100 * time.Millisecond,
+		demandWindow:   time.Second,
+		headroom:       0.01,
+		shareBurst:     500 * time.Millisecond,
+		clockPrecision: time.Millisecond,
+	}}
+	e.coarse = &coarseClock{} // placeholder so WithClock can tell it was replaced
+	for _, o := range opts {
+		o(e)
+	}
+	s := e.settings
+	if s.maxTenants < 1 || s.maxKeys < 1 || s.idleTTL <= 0 || s.tickInterval <= 0 || s.demandWindow <= 0 ||
+		s.headroom < 0 || s.headroom >= 1 || s.shareBurst <= 0 || s.clockPrecision <= 0 {
+		return nil, fmt.Errorf("enforcer: invalid option: %+v", s)
+	}
+	if e.coarse != nil {
+		e.coarse = newCoarseClock(s.clockPrecision)
+		e.clock = e.coarse.now
+	}
+	e.tenants.init()
+	e.installLocked(p, 0)
+	return e, nil
+}
+
+// Policy returns the policy in force.
+func (e *Engine) Policy() *policy.Policy { return e.snap.Load().policy }
+
+// SetPolicy puts p in force at once. Bucket state is kept for every tenant,
+// endpoint and key that still exists: tokens are settled at the old rate and
+// carried over, capped by the new burst. Each tenant moves to the new limits
+// on its next decision.
+func (e *Engine) SetPolicy(p *policy.Policy) error {
+	if p == nil {
+		return fmt.Errorf("enforcer: nil policy")
+	}
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	e.installLocked(p, e.clock())
+	return nil
+}
+
+func (e *Engine) installLocked(p *policy.Policy, now int64) {
+	s := newSnapshot(p)
+	for _, t := range p.Spec().Tenants {
+		s.known[t.Name] = e.tenants.getOrCreate(t.Name, "", 0)
+	}
+	_ = now
+	e.snap.Store(s)
+}
+
+// Close stops the engine's background goroutines. Decide fails after Close.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	if e.coarse != nil {
+		e.coarse.close()
+	}
+	return nil
+}
+
+// Decide decides r now. It never waits in the current modes; it honours ctx.
+func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	if e.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	return e.decide(e.clock(), &r)
+}
+
+// DecideAt decides r at the given time. It never blocks on anything but
+// short critical sections and is deterministic: the same requests at the same
+// times give the same decisions, so simulations in virtual time are exact.
+func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
+	return e.decide(now.UnixMicro(), &r)
+}
+
+func (e *Engine) decide(now int64, r *Request) (Decision, error) {
+	snap := e.snap.Load()
+	if r.Tenant == "" {
+		return Decision{}, fmt.Errorf("%w: the tenant is empty", ErrInvalidRequest)
+	}
+	if r.Units < 0 || r.Units > MaxUnits {
+		return Decision{}, fmt.Errorf("%w: units %d out of range [0, %d]", ErrInvalidRequest, r.Units, MaxUnits)
+	}
+	ep, cost, ok := snap.endpoint(r.Endpoint)
+	if !ok {
+		return Decision{}, fmt.Errorf("%w: %q is not an endpoint of plane %s", ErrUnknownEndpoint, r.Endpoint, snap.policy.Plane())
+	}
+	cost *= max(r.Units, 1)
+	if now >= e.fair.nextTick.Load() {
+		e.tick(now)
+	}
+	ts := snap.known[r.Tenant]
+	if ts == nil && snap.denyUnknown {
+		return Decision{}, fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, snap.policy.Plane())
+	}
+	for {
+		if ts == nil {
+			ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(snap.known))
+		}
+		ts.mu.Lock()
+		if !ts.removed {
+			break
+		}
+		ts.mu.Unlock() // pruned between lookup and lock: its replacement is in the registry
+		ts = nil
+	}
+	if ts.snap != snap {
+		ts.syncLocked(snap, now)
+	}
+	d := e.decideLocked(snap, ts, ep, cost, r.APIKey, now)
+	ts.mu.Unlock()
+	return d, nil
+}
+
+// decideLocked decides with ts.mu held: it evaluates the levels below global
+// on the tenant's own state, then the global level under plane.mu, and
+// debits every level only when all of them pass, so a denied request consumes
+// nothing anywhere.
+func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64) Decision {
+	ts.lastSeen = now
+
+	// Levels below global, in order; the first that cannot cover the cost is
+	// where the request fails unless global fails first.
+	var (
+		lower       = LevelNone
+		lowerLim    *limiter
+		lowerReason string
+		borrow      int64
+		epLim       *limiter
+		key         *keyState
+	)
+	if l := &ts.limit; l.active() {
+		l.settle(now)
+		if !l.canCover(cost, now) {
+			lower, lowerLim, lowerReason = LevelTenant, l, l.reason
+			if ts.mayBorrow && !l.never(cost) {
+				short := l.shortfall(cost)
+				ts.allowance.settle(now)
+				if ts.allowance.canCover(short, now) {
+					lower, borrow = LevelNone, short
+				} else {
+					lowerReason = snap.reason(reasonTenantCeiling, ts.tenant.Limit)
+				}
+			}
+		}
+	}
+	if lower == LevelNone && ep >= 0 {
+		if l := &ts.endpoints[ep]; l.active() {
+			epLim = l
+			l.settle(now)
+			if !l.canCover(cost, now) {
+				lower, lowerLim, lowerReason = LevelEndpoint, l, l.reason
+			}
+		}
+	}
+	if lower == LevelNone && apiKey != "" {
+		if key = ts.keyLocked(apiKey, snap, e.settings.maxKeys, now); key != nil {
+			key.lastSeen = now
+			l := &key.limit
+			l.settle(now)
+			if !l.canCover(cost, now) {
+				lower, lowerLim, lowerReason = LevelKey, l, l.reason
+			}
+		}
+	}
+	if lower == LevelNone {
+		ts.offered.Add(cost)
+	}
+
+	// The tenant's fair share, when the plane is contended.
+	shareOK := true
+	var shareRate float64
+	contended := snap.fairness != fairNone && e.fair.contended.Load()
+	if contended {
+		shareRate = e.fair.shareRate(ts)
+		ts.share.settle(now, shareRate, e.shareBurst(shareRate, snap))
+		shareOK = ts.share.level >= float64(cost)
+	}
+
+	// The global level and the burst pool.
+	pl := &e.plane
+	pl.mu.Lock()
+	if pl.snap != snap {
+		pl.syncLocked(snap, now)
+	}
+	g := &pl.global
+	g.settle(now)
+	var reserve int64
+	if snap.fairness == fairNone {
+		reserve = snap.reserves[ts.tierRank]
+	}
+	globalOK := g.canCoverAbove(cost, reserve)
+	if globalOK && shareOK && lower == LevelNone && borrow > 0 {
+		pl.pool.settle(now)
+		if !pl.pool.canCover(borrow, now) {
+			lower, lowerLim, lowerReason = LevelTenant, &ts.limit, snap.reason(reasonTenantPoolDry, ts.tenant.Limit)
+		}
+	}
+	allow := globalOK && shareOK && lower == LevelNone
+	var globalRetry int64
+	if allow {
+		g.take(cost, now)
+		if borrow > 0 {
+			pl.pool.take(borrow, now)
+		}
+	} else if !globalOK {
+		globalRetry = g.retryAboveUs(cost, reserve)
+	}
+	pl.mu.Unlock()
+
+	d := Decision{Allow: allow, Cost: cost}
+	switch {
+	case allow:
+		ts.limit.takeIfActive(cost-borrow, now)
+		if borrow > 0 {
+			ts.allowance.take(borrow, now)
+			d.Borrowed = borrow
+			ts.stats.borrowed += borrow
+		}
+		if epLim != nil {
+			epLim.take(cost, now)
+		}
+		if key != nil {
+			key.limit.takeIfActive(cost, now)
+		}
+		if contended {
+			ts.share.level -= float64(cost)
+		}
+		d.Remaining = remainingAfter(g, &ts.limit, epLim, key)
+		ts.stats.admitted++
+		ts.stats.admittedCost += cost
+	case !globalOK || !shareOK:
+		d.Level = LevelGlobal
+		switch {
+		case !globalOK && reserve > 0 && g.canCover(cost, now):
+			d.Reason = reasonReserve
+		case !globalOK:
+			d.Reason = g.reason
+		default:
+			d.Reason = reasonShare
+		}
+		if !shareOK {
+			globalRetry = max(globalRetry, ts.share.retryAfterUs(float64(cost), shareRate))
+		}
+		d.RetryAfter = retryDuration(globalRetry)
+		d.Remaining = g.remaining()
+		ts.stats.denied[0]++
+		e.fair.globalDenials.Add(1)
+	default:
+		d.Level, d.Reason = lower, lowerReason
+		d.RetryAfter = retryDuration(lowerLim.retryAfterUs(cost, now))
+		d.Remaining = lowerLim.remaining()
+		ts.stats.denied[lower.index()]++
+	}
+	ts.trace.add(traceEntry{atUs: now, endpoint: endpointName(snap, ep), apiKey: apiKey, cost: cost, borrowed: d.Borrowed, allow: allow, level: d.Level, reason: d.Reason})
+	return d
+}
+
+func endpointName(snap *snapshot, ep int) string {
+	if ep < 0 {
+		return ""
+	}
+	return snap.endpoints[ep].Name
+}
+
+// remainingAfter is the tokens left at the tightest active level.
+func remainingAfter(g, tenant, endpoint *limiter, key *keyState) int64 {
+	rem := g.remaining()
+	if tenant.active() {
+		rem = min(rem, tenant.remaining())
+	}
+	if endpoint != nil {
+		rem = min(rem, endpoint.remaining())
+	}
+	if key != nil && key.limit.active() {
+		rem = min(rem, key.limit.remaining())
+	}
+	return rem
+}
+
+func retryDuration(us int64) time.Duration {
+	if us >= int64(MaxRetryAfter/time.Microsecond) {
+		return MaxRetryAfter
+	}
+	return time.Duration(max(us, 1)) * time.Microsecond
+}
+
+func (pl *planeState) syncLocked(snap *snapshot, now int64) {
+	pl.global.change(snap.global, snap.reason(reasonGlobal, snap.global), now)
+	pl.pool.change(snap.pool, "", now)
+	pl.snap = snap
+}
+
+func (e *Engine) shareBurst(rate float64, snap *snapshot) float64 {
+	return max(rate*e.settings.shareBurst.Seconds(), float64(snap.maxCost))
+}

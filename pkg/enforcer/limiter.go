@@ -1,0 +1,276 @@
+package enforcer
+
+import (
+	"math"
+	"math/bits"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// limiter is the state of one limit at one level for one holder: an exact
+// integer token bucket or a sliding window. It is not safe for concurrent use;
+// its owner's lock guards it.
+//
+// The token bucket keeps its level scaled by the period: level is in
+// token·µs, so a refill of elapsed µs adds exactly elapsed×rate and a cost c
+// takes exactly c×period. No division, no rounding, no lost fraction of a
+// token; policy bounds burst×period to 2^53 so nothing overflows and the Lua
+// scripts, which count in float64, agree to the token.
+type limiter struct {
+	lim    *policy.Limit // nil when the level has no limit
+	reason string        // why a denial at this limiter happened, in words
+
+	// token bucket
+	periodUs int64 // period in µs
+	rate     int64 // tokens per period
+	capacity int64 // burst × periodUs
+	fillUs   int64 // µs to refill from empty; math.MaxInt64 when rate is 0
+	level    int64 // token·µs
+	last     int64 // µs of the last refill
+
+	window *slidingWindow // non-nil for policy.SlidingWindow
+}
+
+func (l *limiter) active() bool { return l.lim != nil }
+
+// reset puts l in force for lim with a full bucket (or an empty window).
+func (l *limiter) reset(lim *policy.Limit, reason string, now int64) {
+	*l = limiter{lim: lim, reason: reason}
+	if lim == nil {
+		return
+	}
+	l.periodUs = lim.PeriodMicros()
+	l.rate = lim.Rate
+	l.capacity = lim.Burst * l.periodUs
+	l.fillUs = math.MaxInt64
+	if l.rate > 0 {
+		l.fillUs = (l.capacity + l.rate - 1) / l.rate
+	}
+	l.level = l.capacity
+	l.last = now
+	if lim.Algorithm == policy.SlidingWindow {
+		l.window = &slidingWindow{}
+	}
+}
+
+// change puts lim in force keeping the state: tokens are first settled at the
+// old rate up to now (as x/time/rate's SetLimitAt does), then carried over,
+// capped by the new burst. A change of algorithm starts afresh.
+func (l *limiter) change(lim *policy.Limit, reason string, now int64) {
+	switch {
+	case lim == nil || l.lim == nil || lim.Algorithm != l.lim.Algorithm:
+		l.reset(lim, reason, now)
+		return
+	case *lim == *l.lim:
+		l.lim, l.reason = lim, reason
+		return
+	}
+	if l.window != nil {
+		w := l.window
+		l.reset(lim, reason, now)
+		l.window = w // entries are absolute times and costs: still valid
+		return
+	}
+	l.refill(now)
+	oldPeriod, level := l.periodUs, l.level
+	l.reset(lim, reason, now)
+	hi, lo := bits.Mul64(uint64(level), uint64(l.periodUs))
+	carried, _ := bits.Div64(hi, lo, uint64(oldPeriod)) // level ≤ 2^53 and periods ≤ 2^45: no overflow
+	l.level = min(int64(carried), l.capacity)
+}
+
+// refill adds the tokens earned since the last refill. A clock that goes
+// backwards earns nothing and does not move last back.
+func (l *limiter) refill(now int64) {
+	if now <= l.last {
+		return
+	}
+	elapsed := now - l.last
+	l.last = now
+	if l.level >= l.capacity {
+		return
+	}
+	if elapsed >= l.fillUs {
+		l.level = l.capacity
+		return
+	}
+	l.level = min(l.level+elapsed*l.rate, l.capacity) // elapsed×rate < capacity+rate: no overflow
+}
+
+// canCover reports whether cost tokens are available at now (after refill or
+// expiry, which the caller has done).
+func (l *limiter) canCover(cost int64, now int64) bool {
+	if l.window != nil {
+		return l.window.sum+cost <= l.rate
+	}
+	return cost <= l.lim.Burst && cost*l.periodUs <= l.level
+}
+
+// take debits cost; the caller has checked canCover.
+func (l *limiter) take(cost int64, now int64) {
+	if l.window != nil {
+		l.window.add(now, cost, l.rate)
+		return
+	}
+	l.level -= cost * l.periodUs
+}
+
+// settle brings the limiter up to now: refill a bucket, expire a window.
+func (l *limiter) settle(now int64) {
+	if l.window != nil {
+		l.window.expire(now, l.periodUs)
+		return
+	}
+	l.refill(now)
+}
+
+// never reports whether cost can never pass this limiter, however long one waits.
+func (l *limiter) never(cost int64) bool {
+	if l.window != nil {
+		return cost > l.rate
+	}
+	return cost > l.lim.Burst
+}
+
+// retryAfterUs is the earliest wait after which cost would pass this limiter
+// alone, in µs, at least 1; math.MaxInt64 when it never will.
+func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
+	if l.never(cost) {
+		return math.MaxInt64
+	}
+	if l.window != nil {
+		return max(l.window.waitUs(now, cost, l.rate, l.periodUs), 1)
+	}
+	need := cost*l.periodUs - l.level
+	if need <= 0 {
+		return 1
+	}
+	if l.rate == 0 {
+		return math.MaxInt64
+	}
+	return max((need+l.rate-1)/l.rate, 1)
+}
+
+// remaining is the whole tokens left now.
+func (l *limiter) remaining() int64 {
+	if l.window != nil {
+		return max(l.rate-l.window.sum, 0)
+	}
+	return l.level / l.periodUs
+}
+
+// full reports whether the limiter is as a fresh one would be, so that its
+// holder can be forgotten without changing any future decision.
+func (l *limiter) full() bool {
+	if l.lim == nil {
+		return true
+	}
+	if l.window != nil {
+		return l.window.n == 0
+	}
+	return l.level >= l.capacity
+}
+
+// slidingWindow is an exact sliding log: the costs admitted in the last
+// period, oldest first, in a ring that grows up to the limit's rate entries
+// (every entry costs at least one token).
+type slidingWindow struct {
+	entries []windowEntry
+	head, n int
+	sum     int64 // total cost of the n entries
+}
+
+type windowEntry struct{ at, cost int64 }
+
+func (w *slidingWindow) expire(now, periodUs int64) {
+	for w.n > 0 {
+		e := w.entries[w.head]
+		if e.at > now-periodUs {
+			return
+		}
+		w.sum -= e.cost
+		w.head = (w.head + 1) % len(w.entries)
+		w.n--
+	}
+}
+
+func (w *slidingWindow) add(now, cost, rate int64) {
+	if w.n == len(w.entries) {
+		grown := make([]windowEntry, max(4, min(2*len(w.entries), int(rate))))
+		for i := range w.n {
+			grown[i] = w.entries[(w.head+i)%len(w.entries)]
+		}
+		w.entries, w.head = grown, 0
+	}
+	w.entries[(w.head+w.n)%len(w.entries)] = windowEntry{at: now, cost: cost}
+	w.n++
+	w.sum += cost
+}
+
+// waitUs is how long until enough entries leave the window for cost to fit.
+func (w *slidingWindow) waitUs(now, cost, rate, periodUs int64) int64 {
+	excess := w.sum + cost - rate
+	for i := 0; i < w.n && excess > 0; i++ {
+		e := w.entries[(w.head+i)%len(w.entries)]
+		excess -= e.cost
+		if excess <= 0 {
+			return e.at + periodUs - now
+		}
+	}
+	return 1
+}
+
+// canCoverAbove is canCover for a bucket that must keep reserve token·µs
+// after the debit (tier reserves); reserve is 0 elsewhere.
+func (l *limiter) canCoverAbove(cost, reserve int64) bool {
+	if reserve == 0 {
+		return l.canCover(cost, 0)
+	}
+	return cost <= l.lim.Burst && cost*l.periodUs+reserve <= l.level
+}
+
+// retryAboveUs is retryAfterUs for canCoverAbove.
+func (l *limiter) retryAboveUs(cost, reserve int64) int64 {
+	if l.never(cost) || l.rate == 0 {
+		return math.MaxInt64
+	}
+	need := cost*l.periodUs + reserve - l.level
+	return max((need+l.rate-1)/l.rate, 1)
+}
+
+// shortfall is how many whole tokens cost lacks.
+func (l *limiter) shortfall(cost int64) int64 {
+	if l.window != nil {
+		return max(l.window.sum+cost-l.rate, 0)
+	}
+	return max(cost-l.level/l.periodUs, 0)
+}
+
+// takeIfActive debits cost when the limiter is in force.
+func (l *limiter) takeIfActive(cost int64, now int64) {
+	if l.active() && cost > 0 {
+		l.take(cost, now)
+	}
+}
+
+// shareBucket paces a tenant at its fair share while the plane is contended.
+// Shares change every fairness tick, so it counts in float64 tokens.
+type shareBucket struct {
+	level float64
+	last  int64
+}
+
+func (s *shareBucket) settle(now int64, rate, burst float64) {
+	if now > s.last {
+		s.level = min(s.level+float64(now-s.last)*rate/1e6, burst)
+		s.last = now
+	}
+	s.level = min(s.level, burst)
+}
+
+func (s *shareBucket) retryAfterUs(cost, rate float64) int64 {
+	if rate <= 0 {
+		return math.MaxInt64
+	}
+	return int64(math.Ceil((cost - s.level) / rate * 1e6))
+}

@@ -1,0 +1,182 @@
+package enforcer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+type fairnessMode uint8
+
+const (
+	fairNone fairnessMode = iota
+	fairMaxMin
+	fairWFQ
+	fairDRR
+)
+
+func parseFairness(s string) fairnessMode {
+	switch s {
+	case "maxmin":
+		return fairMaxMin
+	case "wfq":
+		return fairWFQ
+	case "drr":
+		return fairDRR
+	}
+	return fairNone
+}
+
+// snapshot is everything a decision reads from one policy, derived once when
+// the policy is installed and never modified after.
+type snapshot struct {
+	policy    *policy.Policy
+	endpoints []policy.Endpoint
+	// known maps the tenants the policy names to their (shared, long-lived) state.
+	known map[string]*tenantState
+
+	fairness     fairnessMode
+	denyUnknown  bool
+	denyEndpoint bool
+	maxCost      int64 // the largest endpoint cost, at least 1
+
+	global        *policy.Limit
+	globalPerSec  float64 // the global limit's refill rate in tokens per second
+	pool          *policy.Limit // the burst pool as a bucket; nil without a pool
+	borrowCeiling *policy.Limit // a tenant's borrow allowance: ceiling, repaid at the pool's refill rate
+
+	tierRank map[string]int // tier name → index in policy order (0 is the most protected)
+	floors   []float64      // per tier rank: floor in tokens per second
+	// reserves (fairness none only), per tier rank: token·µs of the global
+	// bucket kept for the tiers ranked above it.
+	reserves []int64
+
+	reasons map[reasonKey]string
+}
+
+// reasonKind is what a precomputed denial reason is about.
+type reasonKind uint8
+
+const (
+	reasonGlobal reasonKind = iota
+	reasonTenant
+	reasonTenantPoolDry
+	reasonTenantCeiling
+	reasonEndpoint
+	reasonAPIKey
+)
+
+type reasonKey struct {
+	kind reasonKind
+	lim  *policy.Limit
+}
+
+// Reasons that do not depend on a limit.
+const (
+	reasonShare    = "global capacity is contended and this tenant is above its weighted fair share"
+	reasonReserve  = "global capacity is low and what is left is reserved for higher tiers"
+	reasonUnknown  = "this request cannot pass"
+)
+
+func newSnapshot(p *policy.Policy) *snapshot {
+	spec := p.Spec()
+	s := &snapshot{
+		policy:       p,
+		endpoints:    p.Endpoints(),
+		known:        make(map[string]*tenantState, len(spec.Tenants)),
+		fairness:     parseFairness(spec.Fairness),
+		denyUnknown:  spec.UnknownTenants == "deny",
+		denyEndpoint: spec.UnknownEndpoints == "deny",
+		maxCost:      1,
+		global:       &spec.Global,
+		tierRank:     make(map[string]int, len(spec.Tiers)),
+		reasons:      map[reasonKey]string{},
+	}
+	s.globalPerSec = perSecond(spec.Global)
+	if bp := spec.BurstPool; bp != nil {
+		s.pool = &policy.Limit{Rate: bp.RefillRate, Burst: bp.Size, Period: time.Second, Algorithm: policy.TokenBucket}
+		s.borrowCeiling = &policy.Limit{Rate: bp.RefillRate, Burst: bp.PerTenantCeiling, Period: time.Second, Algorithm: policy.TokenBucket}
+	}
+	var reserved int64
+	for i, t := range spec.Tiers {
+		s.tierRank[t.Name] = i
+		s.floors = append(s.floors, s.globalPerSec*float64(t.FloorPercent)/100)
+		s.reserves = append(s.reserves, reserved*spec.Global.Burst/100*spec.Global.PeriodMicros())
+		reserved += t.FloorPercent
+		s.addReason(reasonTenant, t.Tenant)
+		s.addReason(reasonAPIKey, t.Key)
+	}
+	s.addReason(reasonGlobal, s.global)
+	for i := range s.endpoints {
+		e := &s.endpoints[i]
+		s.maxCost = max(s.maxCost, e.Cost)
+		s.addReason(reasonEndpoint, e.Limit)
+		for j := range e.Tiers {
+			s.addReason(reasonEndpoint, &e.Tiers[j].Limit)
+		}
+	}
+	for i := range spec.Tenants {
+		t := &spec.Tenants[i]
+		s.addReason(reasonTenant, t.Limit)
+		for j := range t.Keys {
+			s.addReason(reasonAPIKey, &t.Keys[j].Limit)
+		}
+		for j := range t.Endpoints {
+			s.addReason(reasonEndpoint, &t.Endpoints[j].Limit)
+		}
+	}
+	return s
+}
+
+func perSecond(l policy.Limit) float64 {
+	return float64(l.Rate) * float64(time.Second) / float64(l.Period)
+}
+
+var reasonFormats = [...]string{
+	reasonGlobal:        "global limit of %s is used up: the whole plane is at capacity",
+	reasonTenant:        "tenant limit of %s is used up",
+	reasonTenantPoolDry: "tenant limit of %s is used up and the burst pool is dry",
+	reasonTenantCeiling: "tenant limit of %s is used up and the tenant already owes the burst pool its ceiling",
+	reasonEndpoint:      "this tenant's limit on this endpoint, %s, is used up",
+	reasonAPIKey:        "api key limit of %s is used up",
+}
+
+// addReason precomputes the denial reasons that mention lim, so that a
+// denial builds no string.
+func (s *snapshot) addReason(kind reasonKind, lim *policy.Limit) {
+	if lim == nil {
+		return
+	}
+	kinds := []reasonKind{kind}
+	if kind == reasonTenant {
+		kinds = append(kinds, reasonTenantPoolDry, reasonTenantCeiling)
+	}
+	for _, k := range kinds {
+		if _, ok := s.reasons[reasonKey{k, lim}]; !ok {
+			s.reasons[reasonKey{k, lim}] = fmt.Sprintf(reasonFormats[k], lim)
+		}
+	}
+}
+
+func (s *snapshot) reason(kind reasonKind, lim *policy.Limit) string {
+	if r, ok := s.reasons[reasonKey{kind, lim}]; ok {
+		return r
+	}
+	return reasonUnknown
+}
+
+// endpoint finds an endpoint's index (-1 for an endpoint the plane does not
+// name) and cost. ok is false when the plane denies unknown endpoints.
+func (s *snapshot) endpoint(name string) (index int, cost int64, ok bool) {
+	if len(s.endpoints) <= 8 { // a handful of endpoints: a scan beats hashing
+		for i := range s.endpoints {
+			if s.endpoints[i].Name == name {
+				return i, s.endpoints[i].Cost, true
+			}
+		}
+	} else if i, found := s.policy.EndpointIndex(name); found {
+		return i, s.endpoints[i].Cost, true
+	}
+	return -1, 1, !s.denyEndpoint
+}

@@ -1,0 +1,254 @@
+package enforcer
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// tenantState is everything the engine keeps about one tenant. mu guards all
+// fields but the atomics, which the fairness tick reads and writes without it.
+type tenantState struct {
+	mu sync.Mutex
+
+	name          string
+	requestedTier string    // the tier the first request asked for (unknown tenants)
+	snap          *snapshot // the snapshot the fields below were derived from
+	tenant        policy.Tenant
+	tierRank      int
+	mayBorrow     bool
+
+	limit     limiter   // the tenant level
+	endpoints []limiter // per endpoint of snap, aligned with snap.endpoints
+	keys      map[string]*keyState
+	allowance limiter // borrow allowance: PerTenantCeiling, repaid at the pool's refill rate
+	share     shareBucket
+
+	lastSeen int64 // µs of the last decision
+	removed  bool  // pruned from the registry: look the tenant up again
+	stats    counters
+	trace    traceRing
+
+	// offered accumulates the cost of requests that passed every level below
+	// global since the last fairness tick: the tenant's demand on the plane.
+	offered atomic.Int64
+	// Written by the fairness tick (float64 bits): measured demand in tokens
+	// per second, this tenant's floor share, and the allocation it belongs to.
+	demandBits     atomic.Uint64
+	floorShareBits atomic.Uint64
+	shareEpoch     atomic.Uint64
+}
+
+// keyState is one api key's limiter.
+type keyState struct {
+	limit    limiter
+	lastSeen int64
+}
+
+// counters are a tenant's decision totals.
+type counters struct {
+	admitted     int64
+	admittedCost int64
+	denied       [len(Levels)]int64
+	borrowed     int64
+}
+
+// overflowName names the state shared by keys (and tenants) beyond the bounds.
+const overflowName = "\x00overflow"
+
+// syncLocked derives the tenant's limits from snap, carrying bucket state
+// across changes.
+func (ts *tenantState) syncLocked(snap *snapshot, now int64) {
+	p := snap.policy
+	t, known := p.Tenant(ts.name)
+	if !known {
+		t, _ = p.DefaultTenant(ts.name, ts.requestedTier)
+	}
+	ts.tenant = t
+	ts.tierRank = snap.tierRank[t.Tier]
+	ts.mayBorrow = p.MayBorrow(&t)
+	ts.limit.change(t.Limit, snap.reason(reasonTenant, t.Limit), now)
+	ts.allowance.change(snap.borrowCeiling, "", now)
+
+	endpoints := make([]limiter, len(snap.endpoints))
+	for i := range snap.endpoints {
+		lim := p.EndpointLimit(&t, i)
+		if old := ts.endpointLimiter(snap.endpoints[i].Name); old != nil {
+			endpoints[i] = *old
+			endpoints[i].change(lim, snap.reason(reasonEndpoint, lim), now)
+		} else {
+			endpoints[i].reset(lim, snap.reason(reasonEndpoint, lim), now)
+		}
+	}
+	ts.endpoints = endpoints
+	for key, ks := range ts.keys {
+		lim := p.KeyLimit(&t, key)
+		if key == overflowName {
+			lim = p.KeyLimit(&t, "")
+		}
+		ks.limit.change(lim, snap.reason(reasonAPIKey, lim), now)
+	}
+	ts.snap = snap
+}
+
+// endpointLimiter finds the tenant's limiter for an endpoint of the snapshot
+// it was last synced to.
+func (ts *tenantState) endpointLimiter(name string) *limiter {
+	if ts.snap == nil {
+		return nil
+	}
+	for i := range ts.snap.endpoints {
+		if ts.snap.endpoints[i].Name == name && i < len(ts.endpoints) {
+			return &ts.endpoints[i]
+		}
+	}
+	return nil
+}
+
+// keyLocked returns the limiter for an api key, creating it when the key has
+// a limit; nil when it has none. Beyond maxKeys keys, new keys share one
+// overflow limiter, so a flood of distinct keys cannot grow memory.
+func (ts *tenantState) keyLocked(key string, snap *snapshot, maxKeys int, now int64) *keyState {
+	if ks, ok := ts.keys[key]; ok {
+		return ks
+	}
+	lim := snap.policy.KeyLimit(&ts.tenant, key)
+	if lim == nil {
+		return nil
+	}
+	if ts.keys == nil {
+		ts.keys = make(map[string]*keyState)
+	}
+	if len(ts.keys) >= maxKeys {
+		if ks, ok := ts.keys[overflowName]; ok {
+			return ks
+		}
+		key = overflowName
+	} else {
+		key = strings.Clone(key) // do not pin the caller's buffer
+	}
+	ks := &keyState{}
+	ks.limit.reset(lim, snap.reason(reasonAPIKey, lim), now)
+	ts.keys[key] = ks
+	return ks
+}
+
+// idleLocked reports whether the tenant has been idle since before cutoff
+// and holds nothing a fresh state would not: forgetting it changes no decision.
+func (ts *tenantState) idleLocked(cutoff, now int64) bool {
+	if ts.lastSeen > cutoff || len(ts.keys) > 0 {
+		return false
+	}
+	for _, l := range []*limiter{&ts.limit, &ts.allowance} {
+		l.settle(now)
+		if !l.full() {
+			return false
+		}
+	}
+	for i := range ts.endpoints {
+		ts.endpoints[i].settle(now)
+		if !ts.endpoints[i].full() {
+			return false
+		}
+	}
+	return true
+}
+
+// pruneKeysLocked forgets keys idle since before cutoff whose limiters are full.
+func (ts *tenantState) pruneKeysLocked(cutoff, now int64) {
+	for key, ks := range ts.keys {
+		if ks.lastSeen > cutoff {
+			continue
+		}
+		ks.limit.settle(now)
+		if ks.limit.full() {
+			delete(ts.keys, key)
+		}
+	}
+}
+
+// registry holds every tenant state, sharded to keep lookups of unknown
+// tenants cheap under concurrency. Known tenants are also reachable lock-free
+// through the snapshot's known map.
+type registry struct {
+	seed   maphash.Seed
+	count  atomic.Int64
+	shards [registryShards]registryShard
+}
+
+const registryShards = 64
+
+type registryShard struct {
+	mu      sync.RWMutex
+	tenants map[string]*tenantState
+}
+
+func (r *registry) init() {
+	r.seed = maphash.MakeSeed()
+	for i := range r.shards {
+		r.shards[i].tenants = make(map[string]*tenantState)
+	}
+}
+
+func (r *registry) shard(name string) *registryShard {
+	return &r.shards[maphash.String(r.seed, name)%registryShards]
+}
+
+func (r *registry) get(name string) *tenantState {
+	sh := r.shard(name)
+	sh.mu.RLock()
+	ts := sh.tenants[name]
+	sh.mu.RUnlock()
+	return ts
+}
+
+// getOrCreate returns the tenant's state, creating it. Beyond limit states
+// (when limit > 0) new tenants share one overflow state.
+func (r *registry) getOrCreate(name, tier string, limit int) *tenantState {
+	if ts := r.get(name); ts != nil {
+		return ts
+	}
+	if limit > 0 && r.count.Load() >= int64(limit) {
+		name, tier = overflowName, ""
+		if ts := r.get(name); ts != nil {
+			return ts
+		}
+	}
+	sh := r.shard(name)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if ts := sh.tenants[name]; ts != nil {
+		return ts
+	}
+	ts := &tenantState{name: strings.Clone(name), requestedTier: strings.Clone(tier)}
+	sh.tenants[ts.name] = ts
+	r.count.Add(1)
+	return ts
+}
+
+// appendAll appends every tenant state to dst.
+func (r *registry) appendAll(dst []*tenantState) []*tenantState {
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.RLock()
+		for _, ts := range sh.tenants {
+			dst = append(dst, ts)
+		}
+		sh.mu.RUnlock()
+	}
+	return dst
+}
+
+// remove forgets a tenant if its state is still ts.
+func (r *registry) remove(ts *tenantState) {
+	sh := r.shard(ts.name)
+	sh.mu.Lock()
+	if sh.tenants[ts.name] == ts {
+		delete(sh.tenants, ts.name)
+		r.count.Add(-1)
+	}
+	sh.mu.Unlock()
+}

@@ -1,0 +1,84 @@
+package enforcer
+
+import (
+	"errors"
+	"time"
+)
+
+// Level names the level of the hierarchy at which a request was denied.
+type Level string
+
+// The levels, in the order a request must pass them.
+const (
+	LevelNone     Level = ""
+	LevelGlobal   Level = "global"
+	LevelTenant   Level = "tenant"
+	LevelEndpoint Level = "endpoint"
+	LevelKey      Level = "key"
+)
+
+// Levels lists the levels in the order a request passes them.
+var Levels = [...]Level{LevelGlobal, LevelTenant, LevelEndpoint, LevelKey}
+
+func (l Level) index() int {
+	switch l {
+	case LevelGlobal:
+		return 0
+	case LevelTenant:
+		return 1
+	case LevelEndpoint:
+		return 2
+	case LevelKey:
+		return 3
+	}
+	return -1
+}
+
+// Request is one request to decide. Its cost is the endpoint's cost times
+// max(Units, 1).
+type Request struct {
+	Tenant   string
+	Endpoint string
+	APIKey   string // empty skips the key level
+	// Tier is used only for tenants the plane does not name, when it names one
+	// of the plane's tiers; the policy knows the tier of a named tenant.
+	Tier  string
+	Units int64
+}
+
+// Decision is the engine's answer.
+type Decision struct {
+	Allow bool
+	// Level is where the request was denied; LevelNone when allowed.
+	Level Level
+	// RetryAfter is, on a denial, the earliest wait after which the same
+	// request would pass the denying level: never zero, at most MaxRetryAfter.
+	RetryAfter time.Duration
+	// Reason says why, in words a tenant's engineer understands.
+	Reason string
+	// Remaining is the tokens left at the tightest level after the decision
+	// (on a denial, at the denying level).
+	Remaining int64
+	// Cost is what the request costs at every level.
+	Cost int64
+	// Borrowed is how much of the cost came from the burst pool.
+	Borrowed int64
+}
+
+// Bounds on requests and answers.
+const (
+	// MaxUnits bounds Request.Units.
+	MaxUnits = 1_000_000
+	// MaxRetryAfter caps Decision.RetryAfter, also for requests that can
+	// never pass (their cost exceeds a burst).
+	MaxRetryAfter = time.Hour
+)
+
+// Errors for requests the engine cannot decide. They are wrapped with detail;
+// test them with errors.Is.
+var (
+	ErrInvalidRequest  = errors.New("invalid request")
+	ErrUnknownTenant   = errors.New("unknown tenant")
+	ErrUnknownEndpoint = errors.New("unknown endpoint")
+	ErrClosed          = errors.New("engine closed")
+)

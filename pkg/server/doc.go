@@ -1,0 +1,9 @@
+// Package server is the enforcer's HTTP surface: POST /api/{endpoint} answers
+// whether a request may pass, with the headers gateways and clients act on.
+//
+// A request names its tenant in X-Tenant and its api key in X-Api-Key, and may
+// claim several units of the endpoint's cost in X-Quota-Units. The answer is
+// 200 with a small JSON body, or 429 with Retry-After (whole seconds, rounded
+// up), X-Quota-Level (global|tenant|endpoint|key) and X-Quota-Reason. Every
+// other outcome is a 4xx or 5xx whose body says what is wrong.
+package server
