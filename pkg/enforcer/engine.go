@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"math"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -79,9 +80,10 @@ func WithFairnessInterval(d time.Duration) Option {
 // measures each tenant's demand (default 1s).
 func WithDemandWindow(d time.Duration) Option { return func(e *Engine) { e.settings.demandWindow = d } }
 
-// WithFairHeadroom sets the fraction of the global rate that fair shares
-// leave unallocated under contention (default 0.01), so that estimation noise
-// does not drain the global bucket and turn the margin first-come first-served.
+// WithFairHeadroom sets a fraction of the global rate that fair shares leave
+// unallocated under contention (default 0). The engine already holds back
+// what it needs to keep the global bucket at least half full (see
+// refillBias); headroom adds a fixed margin on top.
 func WithFairHeadroom(f float64) Option { return func(e *Engine) { e.settings.headroom = f } }
 
 // WithShareBurst sets how much of its fair share a tenant may spend at once
@@ -104,7 +106,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		idleTTL:        time.Minute,
 		tickInterval:   100 * time.Millisecond,
 		demandWindow:   time.Second,
-		headroom:       0.01,
+		headroom:       0,
 		shareBurst:     500 * time.Millisecond,
 		clockPrecision: time.Millisecond,
 	}}
@@ -294,8 +296,14 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	g := &pl.global
 	g.settle(now)
 	var reserve int64
-	if snap.fairness == fairNone {
+	switch {
+	case snap.fairness == fairNone:
 		reserve = snap.reserves[ts.tierRank]
+	case contended && math.Float64frombits(ts.demandBits.Load()) > shareRate:
+		// A tenant that wants more than its share leaves the bottom of the
+		// global bucket to those within theirs: the noise of a plane run at
+		// exactly its limit then falls on the tenants that caused it.
+		reserve = snap.contendedReserve
 	}
 	globalOK := g.canCoverAbove(cost, reserve)
 	if globalOK && shareOK && lower == LevelNone && borrow > 0 {

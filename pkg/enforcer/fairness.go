@@ -5,46 +5,45 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/scheduler"
 )
 
 // fairness measures each tenant's demand on the plane and, when that demand
-// exceeds the global rate, computes every tenant's weighted max-min fair share
-// with tier floors (scheduler.MaxMin). It runs as a tick inside the first
-// decision whose time passes nextTick, so it follows the engine's time, real
-// or virtual, and costs the fast path one atomic load when it is not due.
+// exceeds the global rate, shares the global rate hierarchically: first among
+// tiers by weighted max-min with the tiers' floors (a tier's weight is its
+// priority, so lower tiers are shed first and every tier keeps its floor),
+// then within each tier among its tenants by weighted max-min on their
+// demand (scheduler.MaxMin at both levels). It runs as a tick inside the
+// first decision whose time passes nextTick, so it follows the engine's time,
+// real or virtual, and costs the fast path one atomic load when not due.
 //
-// A tenant's share is max(level×weight, floor share): the water level times
-// its weight, or what its tier floor guarantees it. A tenant whose demand is
-// below its share is not slowed by it; one above is paced to it by its share
-// bucket. The global bucket stays in force as the hard limit.
+// The outcome is one water level per tier: a tenant's fair share is its
+// tier's level times its weight. A tenant below its share is not slowed by
+// it; one above is paced to it by its share bucket; a tier whose whole demand
+// fits gets an infinite level. The global bucket stays in force as the limit.
 type fairness struct {
-	nextTick      atomic.Int64  // µs; the first decision at or after it runs the tick
-	contended     atomic.Bool   // shares are in force
-	levelBits     atomic.Uint64 // water level (tokens/s per unit weight), float64 bits
-	epoch         atomic.Uint64 // allocation number; a tenant's floor share is valid for one epoch
-	globalDenials atomic.Int64  // denials at the global level since the last tick
+	nextTick      atomic.Int64 // µs; the first decision at or after it runs the tick
+	contended     atomic.Bool  // shares are in force
+	epoch         atomic.Uint64
+	globalDenials atomic.Int64 // denials at the global level since the last tick
+	// levelBits holds, per tier rank, the tier's water level: fair share
+	// per unit of tenant weight in tokens per second (float64 bits).
+	levelBits [policy.MaxTiers]atomic.Uint64
 
 	mu       sync.Mutex // guards the fields below; held by the running tick
 	lastTick int64
 	ticks    uint64
 	tenants  []*tenantState
-	items    []scheduler.Item
+	byTier   [policy.MaxTiers][]scheduler.Item
+	tiers    []scheduler.Item
 	out      []float64
-	floors   []float64
-	byTier   [][]int
-	tierItem []scheduler.Item
-	tierOut  []float64
 	scratch  scheduler.Scratch
 }
 
 // shareRate is the tenant's fair share in tokens per second.
 func (f *fairness) shareRate(ts *tenantState) float64 {
-	rate := math.Float64frombits(f.levelBits.Load()) * float64(ts.tenant.Weight)
-	if ts.shareEpoch.Load() == f.epoch.Load() {
-		rate = max(rate, math.Float64frombits(ts.floorShareBits.Load()))
-	}
-	return rate
+	return math.Float64frombits(f.levelBits[ts.tierRank].Load()) * float64(ts.tenant.Weight)
 }
 
 // tick measures demand, reallocates contended capacity and prunes idle state.
@@ -77,9 +76,14 @@ func (e *Engine) tick(now int64) {
 	alpha := 1 - math.Exp(-seconds/e.settings.demandWindow.Seconds())
 	var total float64
 	for _, ts := range f.tenants {
+		// A moving average started at zero underestimates a new tenant's
+		// demand for several time constants; dividing by the weight the
+		// average has gathered so far (as Adam does) removes that bias, so a
+		// surge of new demand is seen at the first tick.
 		instant := float64(ts.offered.Swap(0)) / seconds
-		demand := math.Float64frombits(ts.demandBits.Load())
-		demand += alpha * (instant - demand)
+		ts.demandAverage += alpha * (instant - ts.demandAverage)
+		ts.demandWeight += alpha * (1 - ts.demandWeight)
+		demand := ts.demandAverage / ts.demandWeight
 		if demand < 1e-9 {
 			demand = 0
 		}
@@ -87,8 +91,9 @@ func (e *Engine) tick(now int64) {
 		total += demand
 	}
 
-	capacity := snap.globalPerSec * (1 - e.settings.headroom)
-	if snap.fairness == fairNone || (total < 0.9*capacity && denials == 0) {
+	bias, fill := e.refillBias(now)
+	capacity := snap.globalPerSec * (1 - e.settings.headroom - bias)
+	if snap.fairness == fairNone || (total < 0.9*capacity && denials == 0 && fill > 0.5) {
 		f.contended.Store(false)
 	} else {
 		f.allocate(snap, capacity)
@@ -96,63 +101,75 @@ func (e *Engine) tick(now int64) {
 	e.prune(snap, now)
 }
 
-// allocate computes the fair shares of every tenant with demand and publishes
-// them as a new epoch.
+// refillBias is the fraction of the global rate to leave unallocated so
+// that a global bucket run below half full refills: shares that add up to
+// exactly the global rate would leave it wherever contention found it,
+// empty after a surge, and then every bit of noise denies someone at
+// random. Up to maxRefillBias is held back, in proportion to how far below
+// half the bucket is.
+func (e *Engine) refillBias(now int64) (bias, fill float64) {
+	pl := &e.plane
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if !pl.global.active() {
+		return 0, 1
+	}
+	pl.global.settle(now)
+	fill = float64(pl.global.level) / float64(pl.global.capacity)
+	return maxRefillBias * max(0, 0.5-fill) / 0.5, fill
+}
+
+const maxRefillBias = 0.1
+
+// allocate computes every tier's water level and publishes them.
 func (f *fairness) allocate(snap *snapshot, capacity float64) {
-	n := len(f.tenants)
-	f.items = f.items[:0]
-	f.out = grow(f.out, n)
-	f.floors = grow(f.floors, n)
-	for len(f.byTier) < len(snap.floors) {
-		f.byTier = append(f.byTier, nil)
+	tiers := len(snap.floors)
+	for k := range tiers {
+		f.byTier[k] = f.byTier[k][:0]
 	}
-	for i := range f.byTier {
-		f.byTier[i] = f.byTier[i][:0]
-	}
-	for i, ts := range f.tenants {
-		// weight and tier were derived under ts.mu at the tenant's last
-		// decision; reading them here races only with a policy swap, whose
-		// effect the next tick picks up.
+	for _, ts := range f.tenants {
+		demand := math.Float64frombits(ts.demandBits.Load())
+		if demand == 0 {
+			continue
+		}
+		// Weight and tier were derived under ts.mu at the tenant's last
+		// decision; a tenant not yet moved to this policy counts with
+		// weight 1 in the lowest tier until it is.
 		ts.mu.Lock()
 		weight, rank, synced := ts.tenant.Weight, ts.tierRank, ts.snap == snap
 		ts.mu.Unlock()
-		demand := math.Float64frombits(ts.demandBits.Load())
-		if !synced || weight < 1 {
-			weight, rank = 1, len(snap.floors)-1
+		if !synced || weight < 1 || rank >= tiers {
+			weight, rank = 1, tiers-1
 		}
-		f.items = append(f.items, scheduler.Item{Weight: float64(weight), Cap: demand})
-		f.floors[i] = 0
-		f.byTier[rank] = append(f.byTier[rank], i)
+		f.byTier[rank] = append(f.byTier[rank], scheduler.Item{Weight: float64(weight), Cap: demand})
 	}
-	// Each tier's floor is shared among its tenants by weighted max-min on
-	// their demand: the per-tenant lower bounds of the global allocation.
-	for rank, members := range f.byTier {
-		if snap.floors[rank] <= 0 || len(members) == 0 {
-			continue
+	// Tiers first: weight, floor, and the tier's whole demand as its cap.
+	f.tiers = f.tiers[:0]
+	for k := range tiers {
+		var demand float64
+		for _, it := range f.byTier[k] {
+			demand += it.Cap
 		}
-		f.tierItem = f.tierItem[:0]
-		for _, i := range members {
-			f.tierItem = append(f.tierItem, scheduler.Item{Weight: f.items[i].Weight, Cap: f.items[i].Cap})
-		}
-		f.tierOut = grow(f.tierOut, len(members))
-		scheduler.MaxMin(snap.floors[rank]*(capacity/snap.globalPerSec), f.tierItem, f.tierOut, &f.scratch)
-		for j, i := range members {
-			f.floors[i] = f.tierOut[j]
-			f.items[i].Floor = f.tierOut[j]
-		}
+		floor := snap.floors[k] * (1 - (snap.globalPerSec-capacity)/snap.globalPerSec)
+		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: floor, Cap: demand})
 	}
-	level := scheduler.MaxMin(capacity, f.items, f.out, &f.scratch)
-	if math.IsInf(level, 1) {
+	f.out = grow(f.out, tiers+len(f.tenants))
+	if math.IsInf(scheduler.MaxMin(capacity, f.tiers, f.out, &f.scratch), 1) {
 		f.contended.Store(false)
 		return
 	}
-	epoch := f.epoch.Load() + 1
-	for i, ts := range f.tenants {
-		ts.floorShareBits.Store(math.Float64bits(f.floors[i]))
-		ts.shareEpoch.Store(epoch)
+	tierShare := f.out[:tiers:tiers]
+	levels := [policy.MaxTiers]float64{}
+	for k := range tiers {
+		levels[k] = math.Inf(1)
+		if len(f.byTier[k]) > 0 && tierShare[k] < f.tiers[k].Cap {
+			levels[k] = scheduler.MaxMin(tierShare[k], f.byTier[k], f.out[tiers:], &f.scratch)
+		}
 	}
-	f.levelBits.Store(math.Float64bits(level))
-	f.epoch.Store(epoch)
+	for k := range tiers {
+		f.levelBits[k].Store(math.Float64bits(levels[k]))
+	}
+	f.epoch.Add(1)
 	f.contended.Store(true)
 }
 

@@ -42,18 +42,26 @@ type snapshot struct {
 	maxCost      int64 // the largest endpoint cost, at least 1
 
 	global        *policy.Limit
-	globalPerSec  float64 // the global limit's refill rate in tokens per second
+	globalPerSec  float64       // the global limit's refill rate in tokens per second
 	pool          *policy.Limit // the burst pool as a bucket; nil without a pool
 	borrowCeiling *policy.Limit // a tenant's borrow allowance: ceiling, repaid at the pool's refill rate
 
-	tierRank map[string]int // tier name → index in policy order (0 is the most protected)
-	floors   []float64      // per tier rank: floor in tokens per second
+	tierRank    map[string]int // tier name → index in policy order (0 is the most protected)
+	floors      []float64      // per tier rank: floor in tokens per second
+	tierWeights []int64        // per tier rank
 	// reserves (fairness none only), per tier rank: token·µs of the global
 	// bucket kept for the tiers ranked above it.
 	reserves []int64
+	// contendedReserve is the token·µs of the global bucket that tenants
+	// above their fair share may not take while the plane is contended.
+	contendedReserve int64
 
 	reasons map[reasonKey]string
 }
+
+// contendedReservePercent is the part of the global burst kept for tenants
+// within their fair share while the plane is contended.
+const contendedReservePercent = 10
 
 // reasonKind is what a precomputed denial reason is about.
 type reasonKind uint8
@@ -74,9 +82,9 @@ type reasonKey struct {
 
 // Reasons that do not depend on a limit.
 const (
-	reasonShare    = "global capacity is contended and this tenant is above its weighted fair share"
-	reasonReserve  = "global capacity is low and what is left is reserved for higher tiers"
-	reasonUnknown  = "this request cannot pass"
+	reasonShare   = "global capacity is contended and this tenant is above its weighted fair share"
+	reasonReserve = "global capacity is low and what is left is reserved for higher tiers"
+	reasonUnknown = "this request cannot pass"
 )
 
 func newSnapshot(p *policy.Policy) *snapshot {
@@ -98,10 +106,12 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		s.pool = &policy.Limit{Rate: bp.RefillRate, Burst: bp.Size, Period: time.Second, Algorithm: policy.TokenBucket}
 		s.borrowCeiling = &policy.Limit{Rate: bp.RefillRate, Burst: bp.PerTenantCeiling, Period: time.Second, Algorithm: policy.TokenBucket}
 	}
+	s.contendedReserve = spec.Global.Burst * contendedReservePercent / 100 * spec.Global.PeriodMicros()
 	var reserved int64
 	for i, t := range spec.Tiers {
 		s.tierRank[t.Name] = i
 		s.floors = append(s.floors, s.globalPerSec*float64(t.FloorPercent)/100)
+		s.tierWeights = append(s.tierWeights, t.Weight)
 		s.reserves = append(s.reserves, reserved*spec.Global.Burst/100*spec.Global.PeriodMicros())
 		reserved += t.FloorPercent
 		s.addReason(reasonTenant, t.Tenant)

@@ -35,11 +35,11 @@ type tenantState struct {
 	// offered accumulates the cost of requests that passed every level below
 	// global since the last fairness tick: the tenant's demand on the plane.
 	offered atomic.Int64
-	// Written by the fairness tick (float64 bits): measured demand in tokens
-	// per second, this tenant's floor share, and the allocation it belongs to.
-	demandBits     atomic.Uint64
-	floorShareBits atomic.Uint64
-	shareEpoch     atomic.Uint64
+	// demandBits is the measured demand in tokens per second (float64
+	// bits), written by the fairness tick.
+	demandBits atomic.Uint64
+	// The moving average behind demandBits; owned by the fairness tick.
+	demandAverage, demandWeight float64
 }
 
 // keyState is one api key's limiter.

@@ -243,6 +243,9 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 	if len(s.Tiers) == 0 {
 		ps.add("spec.tiers", "a plane needs at least one tier; add for example {name: standard, weight: 1}")
 	}
+	if len(s.Tiers) > MaxTiers {
+		ps.add("spec.tiers", "a plane has at most %d tiers, not %d; merge some", MaxTiers, len(s.Tiers))
+	}
 	seen := map[string]bool{}
 	var floors int64
 	for i, t := range s.Tiers {

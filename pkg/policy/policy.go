@@ -223,8 +223,8 @@ func newPolicy(spec Spec) (*Policy, error) {
 // checkSpec verifies what the engine relies on, for specs that did not come
 // from Compile (Decode): canonical order, known references, limits in range.
 func checkSpec(s *Spec) error {
-	if len(s.Tiers) == 0 {
-		return fmt.Errorf("spec has no tiers")
+	if len(s.Tiers) == 0 || len(s.Tiers) > MaxTiers {
+		return fmt.Errorf("spec has %d tiers; a plane has 1 to %d", len(s.Tiers), MaxTiers)
 	}
 	tiers := map[string]bool{}
 	for _, t := range s.Tiers {

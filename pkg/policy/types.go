@@ -31,6 +31,8 @@ const (
 	MaxSlidingWindowRate = 10_000
 	// MaxCost bounds an endpoint's cost.
 	MaxCost = 1_000_000
+	// MaxTiers bounds the tiers of a plane.
+	MaxTiers = 16
 )
 
 // Limit is a compiled limit: Rate tokens per Period, Burst tokens at once.

@@ -1,0 +1,248 @@
+package enforcer
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fairTier is a tier of the fairness scenarios.
+type fairTier struct {
+	name         string
+	weight       int64
+	floorPercent int64
+}
+
+// fairTenant is one tenant of a scenario: its tier and offered rate.
+type fairTenant struct {
+	name    string
+	tier    int
+	weight  int64
+	offered float64 // requests (tokens) per second
+}
+
+// scenarioPolicy is a plane with a global limit of globalRate tokens/s, the
+// given tiers, one endpoint of cost 1, and every tenant named with limits
+// far above its demand, so that only the global level binds.
+func scenarioPolicy(t testing.TB, fairness string, globalRate int64, tiers []fairTier, tenants []fairTenant) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s  global: {rate: %d, burst: %d}\n  fairness: %s\n  tiers:\n", planeHeader, globalRate, globalRate, fairness)
+	for _, tr := range tiers {
+		fmt.Fprintf(&sb, "    - {name: %s, weight: %d, floorPercent: %d, tenant: {rate: 1000000, burst: 1000000}}\n", tr.name, tr.weight, tr.floorPercent)
+	}
+	sb.WriteString("---\napiVersion: quotaplane.io/v1alpha1\nkind: EndpointQuota\nmetadata: {name: read}\nspec: {endpoint: read, cost: 1}\n")
+	for _, tn := range tenants {
+		fmt.Fprintf(&sb, "---\napiVersion: quotaplane.io/v1alpha1\nkind: TenantQuota\nmetadata: {name: %s}\nspec: {tenant: %s, tier: %s, weight: %d}\n", tn.name, tn.name, tiers[tn.tier].name, tn.weight)
+	}
+	return sb.String()
+}
+
+// arrival is the next request of one tenant in the merged Poisson streams.
+type arrival struct {
+	at     float64 // seconds
+	tenant int
+}
+
+type arrivals []arrival
+
+func (a arrivals) Len() int           { return len(a) }
+func (a arrivals) Less(i, j int) bool { return a[i].at < a[j].at }
+func (a arrivals) Swap(i, j int)      { a[i], a[j] = a[j], a[i] }
+func (a *arrivals) Push(x any)        { *a = append(*a, x.(arrival)) }
+func (a *arrivals) Pop() any          { old := *a; x := old[len(old)-1]; *a = old[:len(old)-1]; return x }
+
+// scenarioResult is what each tenant offered and got in the measured window.
+type scenarioResult struct {
+	offered, admitted []float64 // per tenant, per second over the window
+}
+
+// runScenario offers every tenant's Poisson stream to the engine in virtual
+// time for warmup+measure and counts offered and admitted requests during
+// the measured window.
+func runScenario(t testing.TB, e *Engine, tenants []fairTenant, seed uint64, warmup, measure time.Duration) scenarioResult {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	q := make(arrivals, 0, len(tenants))
+	for i, tn := range tenants {
+		q = append(q, arrival{at: rng.ExpFloat64() / tn.offered, tenant: i})
+	}
+	heap.Init(&q)
+	res := scenarioResult{offered: make([]float64, len(tenants)), admitted: make([]float64, len(tenants))}
+	reqs := make([]Request, len(tenants))
+	for i, tn := range tenants {
+		reqs[i] = Request{Tenant: tn.name, Endpoint: "read", APIKey: "k"}
+	}
+	start, end := warmup.Seconds(), (warmup + measure).Seconds()
+	for q[0].at < end {
+		a := q[0]
+		d := mustDecide(t, e, epoch.Add(time.Duration(a.at*float64(time.Second))), reqs[a.tenant])
+		if a.at >= start {
+			res.offered[a.tenant]++
+			if d.Allow {
+				res.admitted[a.tenant]++
+			}
+		}
+		q[0].at += rng.ExpFloat64() / tenants[a.tenant].offered
+		heap.Fix(&q, 0)
+	}
+	for i := range tenants {
+		res.offered[i] /= measure.Seconds()
+		res.admitted[i] /= measure.Seconds()
+	}
+	return res
+}
+
+// waterFill is the test's own weighted max-min allocator, by bisection on
+// the water level: x_i = clamp(level×w_i, min(floor_i, cap_i), cap_i) with
+// Σx = min(capacity, Σcap). It is deliberately simple and independent of
+// pkg/scheduler.
+func waterFill(capacity float64, weights, floors, caps []float64) []float64 {
+	alloc := func(level float64) (x []float64, sum float64) {
+		x = make([]float64, len(caps))
+		for i := range caps {
+			x[i] = math.Min(math.Max(level*weights[i], math.Min(floors[i], caps[i])), caps[i])
+			sum += x[i]
+		}
+		return x, sum
+	}
+	var total float64
+	for _, c := range caps {
+		total += c
+	}
+	if total <= capacity {
+		x, _ := alloc(math.Inf(1))
+		return x
+	}
+	lo, hi := 0.0, 1.0
+	for _, s := alloc(hi); s < capacity; _, s = alloc(hi) {
+		hi *= 2
+	}
+	for range 200 {
+		mid := (lo + hi) / 2
+		if _, s := alloc(mid); s < capacity {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	x, _ := alloc(hi)
+	return x
+}
+
+// hierarchicalFairShares is the reference for the engine's fairness: the
+// global rate is shared among tiers by weighted max-min with floors, then
+// each tier's share among its tenants by weighted max-min on demand.
+func hierarchicalFairShares(globalRate float64, tiers []fairTier, tenants []fairTenant, demand []float64) []float64 {
+	tierDemand := make([]float64, len(tiers))
+	for i, tn := range tenants {
+		tierDemand[tn.tier] += demand[i]
+	}
+	w, f := make([]float64, len(tiers)), make([]float64, len(tiers))
+	for k, tr := range tiers {
+		w[k], f[k] = float64(tr.weight), globalRate*float64(tr.floorPercent)/100
+	}
+	tierShare := waterFill(globalRate, w, f, tierDemand)
+	shares := make([]float64, len(tenants))
+	for k := range tiers {
+		var idx []int
+		var tw, tf, tc []float64
+		for i, tn := range tenants {
+			if tn.tier == k {
+				idx = append(idx, i)
+				tw, tf, tc = append(tw, float64(tn.weight)), append(tf, 0), append(tc, demand[i])
+			}
+		}
+		for j, x := range waterFill(tierShare[k], tw, tf, tc) {
+			shares[idx[j]] = x
+		}
+	}
+	return shares
+}
+
+// zipfTenants makes n tenants whose offered rates follow Zipf(s) and add up
+// to total, with tiers drawn by the given probabilities.
+func zipfTenants(n int, s, total float64, tierOdds []float64, seed uint64) []fairTenant {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var norm float64
+	for k := 1; k <= n; k++ {
+		norm += math.Pow(float64(k), -s)
+	}
+	tiers := []int64{8, 4, 1}
+	out := make([]fairTenant, n)
+	for k := range out {
+		u, tier := rng.Float64(), 0
+		for tier < len(tierOdds)-1 && u > tierOdds[tier] {
+			u -= tierOdds[tier]
+			tier++
+		}
+		out[k] = fairTenant{name: fmt.Sprintf("t%04d", k), tier: tier, weight: tiers[tier], offered: total * math.Pow(float64(k+1), -s) / norm}
+	}
+	return out
+}
+
+var scenarioTiers = []fairTier{{"enterprise", 8, 40}, {"standard", 4, 25}, {"free", 1, 5}}
+
+// worstDeviation compares admitted rates with the reference fair shares and
+// returns the largest relative deviation and the tenant it belongs to.
+func worstDeviation(res scenarioResult, shares []float64) (worst float64, at int) {
+	for i := range shares {
+		if shares[i] <= 0 {
+			continue
+		}
+		if dev := math.Abs(res.admitted[i]-shares[i]) / shares[i]; dev > worst {
+			worst, at = dev, i
+		}
+	}
+	return worst, at
+}
+
+// TestZipfOverloadAdmitsFairShares offers 150% of the global limit as
+// Zipf-skewed Poisson demand over 1,000 tenants in three tiers and checks
+// that every tenant's admitted rate is within ±5% of its hierarchical
+// weighted max-min fair share, computed from what the tenants offered.
+func TestZipfOverloadAdmitsFairShares(t *testing.T) {
+	const globalRate = 10_000
+	tenants := zipfTenants(1000, 1.2, 1.5*globalRate, []float64{0.05, 0.20, 0.75}, 1)
+	run := func(fairness string) (worst float64, at int, res scenarioResult, shares []float64) {
+		e := newEngine(t, compileYAML(t, scenarioPolicy(t, fairness, globalRate, scenarioTiers, tenants)))
+		res = runScenario(t, e, tenants, 42, 5*time.Second, 15*time.Second)
+		shares = hierarchicalFairShares(globalRate, scenarioTiers, tenants, res.offered)
+		worst, at = worstDeviation(res, shares)
+		return worst, at, res, shares
+	}
+
+	worst, at, res, shares := run("maxmin")
+	var admitted, offered float64
+	for i := range tenants {
+		admitted += res.admitted[i]
+		offered += res.offered[i]
+	}
+	t.Logf("maxmin: offered %.0f/s, admitted %.0f/s (global %d/s); worst deviation %.2f%% at %s (tier %s, offered %.2f/s, share %.2f/s, admitted %.2f/s)",
+		offered, admitted, globalRate, 100*worst, tenants[at].name, scenarioTiers[tenants[at].tier].name, res.offered[at], shares[at], res.admitted[at])
+	for k, tr := range scenarioTiers {
+		var off, adm, share float64
+		for i, tn := range tenants {
+			if tn.tier == k {
+				off, adm, share = off+res.offered[i], adm+res.admitted[i], share+shares[i]
+			}
+		}
+		t.Logf("tier %s: offered %.0f/s, fair share %.0f/s, admitted %.0f/s", tr.name, off, share, adm)
+	}
+	if worst > 0.05 {
+		t.Errorf("a tenant's admitted rate is %.2f%% off its fair share; want within 5%%", 100*worst)
+	}
+	if admitted < 0.97*globalRate || admitted > 1.005*globalRate {
+		t.Errorf("admitted %.0f/s under 150%% overload; want the global limit %d/s (-3%%, +0.5%%)", admitted, globalRate)
+	}
+
+	// Negative control: first come, first served gives the whales what they
+	// grab, so the same check must fail.
+	worst, at, res, shares = run("none")
+	t.Logf("none: worst deviation %.2f%% at %s (offered %.2f/s, share %.2f/s, admitted %.2f/s)", 100*worst, tenants[at].name, res.offered[at], shares[at], res.admitted[at])
+	if worst <= 0.05 {
+		t.Errorf("fairness none stayed within 5%% of the fair shares (worst %.2f%%); the check cannot tell fair from unfair", 100*worst)
+	}
+}
