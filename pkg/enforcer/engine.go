@@ -2,8 +2,8 @@ package enforcer
 
 import (
 	"context"
-	"math"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
