@@ -23,6 +23,7 @@ type Engine struct {
 	tenants  registry
 	plane    planeState
 	fair     fairness
+	queue    queue
 	clock    func() int64 // µs since the Unix epoch
 	coarse   *coarseClock // nil when WithClock replaced it
 	closed   atomic.Bool
@@ -47,6 +48,8 @@ type settings struct {
 	headroom       float64
 	shareBurst     time.Duration
 	clockPrecision time.Duration
+	queueWait      time.Duration
+	maxQueue       int
 }
 
 // Option configures an Engine.
@@ -95,6 +98,15 @@ func WithClockResolution(d time.Duration) Option {
 	return func(e *Engine) { e.settings.clockPrecision = d }
 }
 
+// WithQueueWait sets how long Decide may hold a request that is denied at
+// the contended global level in the queueing modes (fairness wfq and drr),
+// waiting for its turn (default 50ms; 0 disables waiting).
+func WithQueueWait(d time.Duration) Option { return func(e *Engine) { e.settings.queueWait = d } }
+
+// WithMaxQueue bounds the requests waiting in the queueing modes (default
+// 10,000); beyond it a request gets its denial at once.
+func WithMaxQueue(n int) Option { return func(e *Engine) { e.settings.maxQueue = n } }
+
 // New returns an engine enforcing p.
 func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	if p == nil {
@@ -109,6 +121,8 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		headroom:       0,
 		shareBurst:     500 * time.Millisecond,
 		clockPrecision: time.Millisecond,
+		queueWait:      50 * time.Millisecond,
+		maxQueue:       10_000,
 	}}
 	e.coarse = &coarseClock{} // placeholder so WithClock can tell it was replaced
 	for _, o := range opts {
@@ -116,7 +130,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	}
 	s := e.settings
 	if s.maxTenants < 1 || s.maxKeys < 1 || s.idleTTL <= 0 || s.tickInterval <= 0 || s.demandWindow <= 0 ||
-		s.headroom < 0 || s.headroom >= 1 || s.shareBurst <= 0 || s.clockPrecision <= 0 {
+		s.headroom < 0 || s.headroom >= 1 || s.shareBurst <= 0 || s.clockPrecision <= 0 || s.queueWait < 0 || s.maxQueue < 0 {
 		return nil, fmt.Errorf("enforcer: invalid option: %+v", s)
 	}
 	if e.coarse != nil {
@@ -124,6 +138,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		e.clock = e.coarse.now
 	}
 	e.tenants.init()
+	e.queue.init(s.maxQueue)
 	e.installLocked(p, 0)
 	return e, nil
 }
@@ -159,13 +174,24 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	q := &e.queue
+	q.mu.Lock()
+	started := q.started
+	q.started = true // no dispatcher starts after Close
+	q.mu.Unlock()
+	close(q.stop)
+	if started {
+		<-q.done
+	}
 	if e.coarse != nil {
 		e.coarse.close()
 	}
 	return nil
 }
 
-// Decide decides r now. It never waits in the current modes; it honours ctx.
+// Decide decides r now. In the queueing modes (fairness wfq and drr) a
+// request denied at the contended global level may wait up to the queue wait
+// for its turn (see queue.go); otherwise it never waits. It honours ctx.
 func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
@@ -173,7 +199,15 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 	if e.closed.Load() {
 		return Decision{}, ErrClosed
 	}
-	return e.decide(e.clock(), &r)
+	d, err := e.decideOpts(e.clock(), &r, false)
+	if err != nil || d.Allow || d.Level != LevelGlobal || e.settings.queueWait == 0 {
+		return d, err
+	}
+	snap := e.snap.Load()
+	if (snap.fairness != fairWFQ && snap.fairness != fairDRR) || !e.fair.contended.Load() {
+		return d, nil
+	}
+	return e.wait(ctx, snap, r, d)
 }
 
 // DecideAt decides r at the given time. It never blocks on anything but
@@ -184,6 +218,12 @@ func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
 }
 
 func (e *Engine) decide(now int64, r *Request) (Decision, error) {
+	return e.decideOpts(now, r, false)
+}
+
+// decideOpts decides r; queued requests skip the fair-share pacing, which
+// the queue's discipline replaces.
+func (e *Engine) decideOpts(now int64, r *Request, queued bool) (Decision, error) {
 	snap := e.snap.Load()
 	if r.Tenant == "" {
 		return Decision{}, fmt.Errorf("%w: the tenant is empty", ErrInvalidRequest)
@@ -217,7 +257,7 @@ func (e *Engine) decide(now int64, r *Request) (Decision, error) {
 	if ts.snap != snap {
 		ts.syncLocked(snap, now)
 	}
-	d := e.decideLocked(snap, ts, ep, cost, r.APIKey, now)
+	d := e.decideLocked(snap, ts, ep, cost, r.APIKey, now, queued)
 	ts.mu.Unlock()
 	return d, nil
 }
@@ -226,7 +266,7 @@ func (e *Engine) decide(now int64, r *Request) (Decision, error) {
 // on the tenant's own state, then the global level under plane.mu, and
 // debits every level only when all of them pass, so a denied request consumes
 // nothing anywhere.
-func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64) Decision {
+func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, queued bool) Decision {
 	ts.lastSeen = now
 
 	// Levels below global, in order; the first that cannot cover the cost is
@@ -242,7 +282,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	if l := &ts.limit; l.active() {
 		l.settle(now)
 		if !l.canCover(cost, now) {
-			lower, lowerLim, lowerReason = LevelTenant, l, l.reason
+			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.lim)
 			if ts.mayBorrow && !l.never(cost) {
 				short := l.shortfall(cost)
 				ts.allowance.settle(now)
@@ -259,7 +299,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			epLim = l
 			l.settle(now)
 			if !l.canCover(cost, now) {
-				lower, lowerLim, lowerReason = LevelEndpoint, l, l.reason
+				lower, lowerLim, lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.lim)
 			}
 		}
 	}
@@ -269,19 +309,19 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			l := &key.limit
 			l.settle(now)
 			if !l.canCover(cost, now) {
-				lower, lowerLim, lowerReason = LevelKey, l, l.reason
+				lower, lowerLim, lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.lim)
 			}
 		}
 	}
 	if lower == LevelNone {
-		ts.offered.Add(cost)
+		ts.offered += cost
 	}
 
 	// The tenant's fair share, when the plane is contended.
 	shareOK := true
 	var shareRate float64
 	contended := snap.fairness != fairNone && e.fair.contended.Load()
-	if contended {
+	if contended && !queued {
 		shareRate = e.fair.shareRate(ts)
 		ts.share.settle(now, shareRate, e.shareBurst(shareRate, snap))
 		shareOK = ts.share.level >= float64(cost)
@@ -299,7 +339,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	switch {
 	case snap.fairness == fairNone:
 		reserve = snap.reserves[ts.tierRank]
-	case contended && math.Float64frombits(ts.demandBits.Load()) > shareRate:
+	case contended && (queued || math.Float64frombits(ts.demandBits.Load()) > shareRate):
 		// A tenant that wants more than its share leaves the bottom of the
 		// global bucket to those within theirs: the noise of a plane run at
 		// exactly its limit then falls on the tenants that caused it.
@@ -339,7 +379,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if key != nil {
 			key.limit.takeIfActive(cost, now)
 		}
-		if contended {
+		if contended && !queued {
 			ts.share.level -= float64(cost)
 		}
 		d.Remaining = remainingAfter(g, &ts.limit, epLim, key)
@@ -351,7 +391,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		case !globalOK && reserve > 0 && g.canCover(cost, now):
 			d.Reason = reasonReserve
 		case !globalOK:
-			d.Reason = g.reason
+			d.Reason = snap.reason(reasonGlobal, g.lim)
 		default:
 			d.Reason = reasonShare
 		}
@@ -402,8 +442,8 @@ func retryDuration(us int64) time.Duration {
 }
 
 func (pl *planeState) syncLocked(snap *snapshot, now int64) {
-	pl.global.change(snap.global, snap.reason(reasonGlobal, snap.global), now)
-	pl.pool.change(snap.pool, "", now)
+	pl.global.change(snap.global, now)
+	pl.pool.change(snap.pool, now)
 	pl.snap = snap
 }
 

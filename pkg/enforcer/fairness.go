@@ -35,6 +35,8 @@ type fairness struct {
 	lastTick int64
 	ticks    uint64
 	tenants  []*tenantState
+	weights  []int64 // per tenant, read with the tenant's lock at this tick
+	ranks    []int
 	byTier   [policy.MaxTiers][]scheduler.Item
 	tiers    []scheduler.Item
 	out      []float64
@@ -66,21 +68,30 @@ func (e *Engine) tick(now int64) {
 	denials := f.globalDenials.Swap(0)
 
 	f.tenants = e.tenants.appendAll(f.tenants[:0])
-	if first || elapsed <= 0 {
-		for _, ts := range f.tenants {
-			ts.offered.Store(0)
-		}
-		return
-	}
+	f.weights = grow(f.weights, len(f.tenants))
+	f.ranks = grow(f.ranks, len(f.tenants))
 	seconds := float64(elapsed) / 1e6
 	alpha := 1 - math.Exp(-seconds/e.settings.demandWindow.Seconds())
 	var total float64
-	for _, ts := range f.tenants {
+	for i, ts := range f.tenants {
+		ts.mu.Lock()
+		offered := ts.offered
+		ts.offered = 0
+		// A tenant not yet moved to this policy counts with weight 1 in
+		// the lowest tier until it is.
+		f.weights[i], f.ranks[i] = 1, len(snap.floors)-1
+		if ts.snap == snap && ts.tenant.Weight >= 1 {
+			f.weights[i], f.ranks[i] = ts.tenant.Weight, ts.tierRank
+		}
+		ts.mu.Unlock()
+		if first || elapsed <= 0 {
+			continue
+		}
 		// A moving average started at zero underestimates a new tenant's
 		// demand for several time constants; dividing by the weight the
 		// average has gathered so far (as Adam does) removes that bias, so a
 		// surge of new demand is seen at the first tick.
-		instant := float64(ts.offered.Swap(0)) / seconds
+		instant := float64(offered) / seconds
 		ts.demandAverage += alpha * (instant - ts.demandAverage)
 		ts.demandWeight += alpha * (1 - ts.demandWeight)
 		demand := ts.demandAverage / ts.demandWeight
@@ -89,6 +100,9 @@ func (e *Engine) tick(now int64) {
 		}
 		ts.demandBits.Store(math.Float64bits(demand))
 		total += demand
+	}
+	if first || elapsed <= 0 {
+		return
 	}
 
 	bias, fill := e.refillBias(now)
@@ -115,7 +129,7 @@ func (e *Engine) refillBias(now int64) (bias, fill float64) {
 		return 0, 1
 	}
 	pl.global.settle(now)
-	fill = float64(pl.global.level) / float64(pl.global.capacity)
+	fill = float64(pl.global.level) / float64(pl.global.capacity())
 	return maxRefillBias * max(0, 0.5-fill) / 0.5, fill
 }
 
@@ -127,21 +141,10 @@ func (f *fairness) allocate(snap *snapshot, capacity float64) {
 	for k := range tiers {
 		f.byTier[k] = f.byTier[k][:0]
 	}
-	for _, ts := range f.tenants {
-		demand := math.Float64frombits(ts.demandBits.Load())
-		if demand == 0 {
-			continue
+	for i, ts := range f.tenants {
+		if demand := math.Float64frombits(ts.demandBits.Load()); demand > 0 {
+			f.byTier[f.ranks[i]] = append(f.byTier[f.ranks[i]], scheduler.Item{Weight: float64(f.weights[i]), Cap: demand})
 		}
-		// Weight and tier were derived under ts.mu at the tenant's last
-		// decision; a tenant not yet moved to this policy counts with
-		// weight 1 in the lowest tier until it is.
-		ts.mu.Lock()
-		weight, rank, synced := ts.tenant.Weight, ts.tierRank, ts.snap == snap
-		ts.mu.Unlock()
-		if !synced || weight < 1 || rank >= tiers {
-			weight, rank = 1, tiers-1
-		}
-		f.byTier[rank] = append(f.byTier[rank], scheduler.Item{Weight: float64(weight), Cap: demand})
 	}
 	// Tiers first: weight, floor, and the tier's whole demand as its cap.
 	f.tiers = f.tiers[:0]

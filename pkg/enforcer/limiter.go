@@ -17,36 +17,37 @@ import (
 // token; policy bounds burst×period to 2^53 so nothing overflows and the Lua
 // scripts, which count in float64, agree to the token.
 type limiter struct {
-	lim    *policy.Limit // nil when the level has no limit
-	reason string        // why a denial at this limiter happened, in words
+	lim    *policy.Limit  // nil when the level has no limit
+	window *slidingWindow // non-nil for policy.SlidingWindow
 
-	// token bucket
+	// token bucket; the limiter fits one cache line
 	periodUs int64 // period in µs
 	rate     int64 // tokens per period
-	capacity int64 // burst × periodUs
+	burst    int64 // tokens
 	fillUs   int64 // µs to refill from empty; math.MaxInt64 when rate is 0
 	level    int64 // token·µs
 	last     int64 // µs of the last refill
-
-	window *slidingWindow // non-nil for policy.SlidingWindow
 }
 
 func (l *limiter) active() bool { return l.lim != nil }
 
+// capacity is the bucket size in token·µs.
+func (l *limiter) capacity() int64 { return l.burst * l.periodUs }
+
 // reset puts l in force for lim with a full bucket (or an empty window).
-func (l *limiter) reset(lim *policy.Limit, reason string, now int64) {
-	*l = limiter{lim: lim, reason: reason}
+func (l *limiter) reset(lim *policy.Limit, now int64) {
+	*l = limiter{lim: lim}
 	if lim == nil {
 		return
 	}
 	l.periodUs = lim.PeriodMicros()
 	l.rate = lim.Rate
-	l.capacity = lim.Burst * l.periodUs
+	l.burst = lim.Burst
 	l.fillUs = math.MaxInt64
 	if l.rate > 0 {
-		l.fillUs = (l.capacity + l.rate - 1) / l.rate
+		l.fillUs = (l.capacity() + l.rate - 1) / l.rate
 	}
-	l.level = l.capacity
+	l.level = l.capacity()
 	l.last = now
 	if lim.Algorithm == policy.SlidingWindow {
 		l.window = &slidingWindow{}
@@ -56,27 +57,27 @@ func (l *limiter) reset(lim *policy.Limit, reason string, now int64) {
 // change puts lim in force keeping the state: tokens are first settled at the
 // old rate up to now (as x/time/rate's SetLimitAt does), then carried over,
 // capped by the new burst. A change of algorithm starts afresh.
-func (l *limiter) change(lim *policy.Limit, reason string, now int64) {
+func (l *limiter) change(lim *policy.Limit, now int64) {
 	switch {
 	case lim == nil || l.lim == nil || lim.Algorithm != l.lim.Algorithm:
-		l.reset(lim, reason, now)
+		l.reset(lim, now)
 		return
 	case *lim == *l.lim:
-		l.lim, l.reason = lim, reason
+		l.lim = lim
 		return
 	}
 	if l.window != nil {
 		w := l.window
-		l.reset(lim, reason, now)
+		l.reset(lim, now)
 		l.window = w // entries are absolute times and costs: still valid
 		return
 	}
 	l.refill(now)
 	oldPeriod, level := l.periodUs, l.level
-	l.reset(lim, reason, now)
+	l.reset(lim, now)
 	hi, lo := bits.Mul64(uint64(level), uint64(l.periodUs))
 	carried, _ := bits.Div64(hi, lo, uint64(oldPeriod)) // level ≤ 2^53 and periods ≤ 2^45: no overflow
-	l.level = min(int64(carried), l.capacity)
+	l.level = min(int64(carried), l.capacity())
 }
 
 // refill adds the tokens earned since the last refill. A clock that goes
@@ -87,14 +88,11 @@ func (l *limiter) refill(now int64) {
 	}
 	elapsed := now - l.last
 	l.last = now
-	if l.level >= l.capacity {
-		return
-	}
 	if elapsed >= l.fillUs {
-		l.level = l.capacity
+		l.level = l.capacity()
 		return
 	}
-	l.level = min(l.level+elapsed*l.rate, l.capacity) // elapsed×rate < capacity+rate: no overflow
+	l.level = min(l.level+elapsed*l.rate, l.capacity()) // elapsed×rate < capacity+rate: no overflow
 }
 
 // canCover reports whether cost tokens are available at now (after refill or
@@ -103,7 +101,7 @@ func (l *limiter) canCover(cost int64, now int64) bool {
 	if l.window != nil {
 		return l.window.sum+cost <= l.rate
 	}
-	return cost <= l.lim.Burst && cost*l.periodUs <= l.level
+	return cost <= l.burst && cost*l.periodUs <= l.level
 }
 
 // take debits cost; the caller has checked canCover.
@@ -129,7 +127,7 @@ func (l *limiter) never(cost int64) bool {
 	if l.window != nil {
 		return cost > l.rate
 	}
-	return cost > l.lim.Burst
+	return cost > l.burst
 }
 
 // retryAfterUs is the earliest wait after which cost would pass this limiter
@@ -168,7 +166,7 @@ func (l *limiter) full() bool {
 	if l.window != nil {
 		return l.window.n == 0
 	}
-	return l.level >= l.capacity
+	return l.level >= l.capacity()
 }
 
 // slidingWindow is an exact sliding log: the costs admitted in the last
@@ -226,7 +224,7 @@ func (l *limiter) canCoverAbove(cost, reserve int64) bool {
 	if reserve == 0 {
 		return l.canCover(cost, 0)
 	}
-	return cost <= l.lim.Burst && cost*l.periodUs+reserve <= l.level
+	return cost <= l.burst && cost*l.periodUs+reserve <= l.level
 }
 
 // retryAboveUs is retryAfterUs for canCoverAbove.

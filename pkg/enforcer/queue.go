@@ -1,0 +1,223 @@
+package enforcer
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/scheduler"
+)
+
+// In the queueing modes (fairness wfq and drr) a request that Decide finds
+// denied at the global level while the plane is contended does not get its
+// 429 at once: it waits, up to the queue wait (WithQueueWait), for global
+// capacity, and waiting requests are served in the order of the mode's
+// discipline — weighted fair queueing by virtual finish tag, or deficit round
+// robin — with the flow weight tier weight × tenant weight. A dispatcher
+// goroutine admits the next waiter whenever the global bucket can cover it,
+// re-checking every level, so a queued request is decided exactly as a new
+// one would be except for the fair-share pacing the queue replaces. A
+// request that times out, or whose context ends, gets its original denial.
+// DecideAt never waits: it is the fluid form, where every fair mode paces
+// each tenant at its hierarchical max-min share.
+
+// maxDispatchSleep bounds how long the dispatcher sleeps while a waiter is
+// pending.
+const maxDispatchSleep = 10 * time.Millisecond
+
+// discipline is what the queue needs of scheduler.WFQ and scheduler.DRR.
+type discipline interface {
+	Enqueue(flow uint64, weight, cost float64, item *waiter)
+	Dequeue() (flow uint64, item *waiter, ok bool)
+	Len() int
+}
+
+// waiter is one queued request. state moves from waiting to taken (by the
+// dispatcher) or to abandoned (by the caller), exactly once each way, so a
+// request is never both admitted and reported denied.
+type waiter struct {
+	req    Request
+	denial Decision // what the caller gets if it is never admitted
+	state  atomic.Int32
+	answer chan Decision // buffered: the dispatcher never blocks on it
+}
+
+const (
+	waiting int32 = iota
+	taken
+	abandoned
+)
+
+// queue holds the waiters. mu guards everything but wake.
+type queue struct {
+	mu       sync.Mutex
+	wfq      discipline
+	drr      discipline
+	pending  *waiter // dequeued, but the global bucket could not cover it yet
+	started  bool
+	seed     maphash.Seed
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	maxQueue int
+}
+
+func (q *queue) init(maxQueue int) {
+	q.wfq = scheduler.NewWFQ[*waiter]()
+	q.drr = scheduler.NewDRR[*waiter](1)
+	q.seed = maphash.MakeSeed()
+	q.wake = make(chan struct{}, 1)
+	q.stop = make(chan struct{})
+	q.done = make(chan struct{})
+	q.maxQueue = maxQueue
+}
+
+func (q *queue) discipline(mode fairnessMode) discipline {
+	if mode == fairDRR {
+		return q.drr
+	}
+	return q.wfq
+}
+
+// wait queues r after its global denial d and waits for the dispatcher, the
+// queue wait or ctx, whichever comes first.
+func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision) (Decision, error) {
+	q := &e.queue
+	w := &waiter{req: r, denial: d, answer: make(chan Decision, 1)}
+	weight := float64(snap.tierWeights[min(e.tierRankOf(snap, r), len(snap.tierWeights)-1)])
+	if t, ok := snap.policy.Tenant(r.Tenant); ok {
+		weight *= float64(t.Weight)
+	}
+	q.mu.Lock()
+	disc := q.discipline(snap.fairness)
+	if disc.Len() >= q.maxQueue {
+		q.mu.Unlock()
+		return d, nil // the queue is full: no wait, the 429 now
+	}
+	disc.Enqueue(maphash.String(q.seed, r.Tenant), weight, float64(d.Cost), w)
+	if !q.started {
+		q.started = true
+		go e.dispatch()
+	}
+	q.mu.Unlock()
+	q.poke()
+
+	timer := time.NewTimer(e.settings.queueWait)
+	defer timer.Stop()
+	select {
+	case got := <-w.answer:
+		return got, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	if w.state.CompareAndSwap(waiting, abandoned) {
+		if err := ctx.Err(); err != nil {
+			return Decision{}, err
+		}
+		return d, nil
+	}
+	return <-w.answer, nil // the dispatcher has it: its answer is on the way
+}
+
+func (e *Engine) tierRankOf(snap *snapshot, r Request) int {
+	if t, ok := snap.policy.Tenant(r.Tenant); ok {
+		return snap.tierRank[t.Tier]
+	}
+	if rank, ok := snap.tierRank[r.Tier]; ok {
+		return rank
+	}
+	return snap.tierRank[snap.policy.Spec().DefaultTier]
+}
+
+func (q *queue) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch admits waiters in the discipline's order while the global bucket
+// covers them, then sleeps until it may again.
+func (e *Engine) dispatch() {
+	q := &e.queue
+	defer close(q.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		sleep := e.dispatchReady()
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(sleep)
+		select {
+		case <-q.stop:
+			e.drainQueue()
+			return
+		case <-q.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// dispatchReady admits what it can and returns how long to sleep.
+func (e *Engine) dispatchReady() time.Duration {
+	q := &e.queue
+	for {
+		q.mu.Lock()
+		w := q.pending
+		q.pending = nil
+		if w == nil {
+			snap := e.snap.Load()
+			_, w, _ = q.discipline(snap.fairness).Dequeue()
+		}
+		q.mu.Unlock()
+		if w == nil {
+			return time.Hour
+		}
+		if !w.state.CompareAndSwap(waiting, taken) {
+			continue // its caller gave up
+		}
+		d, err := e.decideOpts(e.clock(), &w.req, true)
+		if err == nil && !d.Allow && d.Level == LevelGlobal {
+			w.state.Store(waiting)
+			q.mu.Lock()
+			q.pending = w
+			q.mu.Unlock()
+			// Poll at least every maxDispatchSleep: the clock may be
+			// virtual, and other decisions move the bucket too.
+			return min(max(d.RetryAfter, e.settings.clockPrecision), maxDispatchSleep)
+		}
+		if err != nil {
+			d = w.denial
+		}
+		w.answer <- d
+	}
+}
+
+// drainQueue answers every waiter with its denial at Close.
+func (e *Engine) drainQueue() {
+	q := &e.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	answer := func(w *waiter) {
+		if w != nil && w.state.CompareAndSwap(waiting, taken) {
+			w.answer <- w.denial
+		}
+	}
+	answer(q.pending)
+	q.pending = nil
+	for _, disc := range []discipline{q.wfq, q.drr} {
+		for {
+			_, w, ok := disc.Dequeue()
+			if !ok {
+				break
+			}
+			answer(w)
+		}
+	}
+}
