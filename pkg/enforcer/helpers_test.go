@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,3 +52,5 @@ kind: QuotaPlane
 metadata: {name: test}
 spec:
 `
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

@@ -1,0 +1,111 @@
+package enforcer
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+)
+
+const memoryPlane = planeHeader + `
+  global: {rate: 1000000, burst: 1000000}
+  tiers:
+    - name: free
+      tenant: {rate: 0, burst: 5}
+      key: {rate: 1000, burst: 1000}
+`
+
+// TestFloodOfUnknownTenantsIsBounded sends one request from each of 100,000
+// distinct unknown tenants: the engine keeps at most WithMaxTenants states
+// (the rest share one), every request is still decided, and the heap does
+// not grow with the flood.
+func TestFloodOfUnknownTenantsIsBounded(t *testing.T) {
+	e := newEngine(t, compileYAML(t, memoryPlane), WithMaxTenants(1000))
+	var before, after runtime.MemStats
+	for i := range 1000 { // fill the engine up to the bound
+		mustDecide(t, e, at(0), Request{Tenant: fmt.Sprintf("warm-%d", i), Endpoint: "read", APIKey: "k"})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	denied := 0
+	for i := range 100_000 {
+		d := mustDecide(t, e, at(time.Duration(i)*time.Microsecond), Request{Tenant: fmt.Sprintf("flood-%d", i), Endpoint: "read", APIKey: fmt.Sprintf("key-%d", i)})
+		if !d.Allow {
+			denied++
+			if d.Level != LevelTenant {
+				t.Fatalf("flood request %d denied at %q; want tenant (the shared overflow state)", i, d.Level)
+			}
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if n := e.PlaneStatusAt(at(time.Second)).Tenants; n > 1001 {
+		t.Errorf("engine keeps %d tenant states after the flood; want at most 1,000 + the overflow state", n)
+	}
+	// The overflow state holds 5 tokens with no refill: the flood shares them.
+	if denied != 100_000-5 {
+		t.Errorf("denied %d of the flood; want all but the 5 tokens of the shared overflow state", denied)
+	}
+	if growth := int64(after.HeapAlloc) - int64(before.HeapAlloc); growth > 4<<20 {
+		t.Errorf("heap grew by %d bytes during a flood of unknown tenants; want it bounded (< 4 MiB)", growth)
+	}
+}
+
+// TestFloodOfApiKeysIsBounded sends requests with 20,000 distinct api keys for
+// one tenant: at most WithMaxKeysPerTenant keys get their own state.
+func TestFloodOfApiKeysIsBounded(t *testing.T) {
+	e := newEngine(t, compileYAML(t, memoryPlane), WithMaxKeysPerTenant(100))
+	for i := range 20_000 {
+		if _, err := e.DecideAt(at(0), Request{Tenant: "one", Endpoint: "read", APIKey: fmt.Sprintf("key-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, ok := e.TenantStatusAt(at(0), "one")
+	if !ok {
+		t.Fatal("no state for tenant one")
+	}
+	keys := 0
+	for _, l := range s.Limits {
+		if l.Level == LevelKey {
+			keys++
+		}
+	}
+	if keys > 101 {
+		t.Errorf("tenant has %d key states; want at most 100 + one shared by the rest", keys)
+	}
+}
+
+// TestIdleStateIsPrunedOnlyWhenLossless leaves 1,000 unknown tenants idle:
+// those whose buckets refilled are forgotten after the idle TTL, while one
+// that still owes tokens (its limit never refills) is kept, so forgetting
+// never changes a decision.
+func TestIdleStateIsPrunedOnlyWhenLossless(t *testing.T) {
+	p := compileYAML(t, planeHeader+`
+  global: {rate: 1000000, burst: 1000000}
+  defaultTier: free
+  tiers:
+    - name: free
+      tenant: {rate: 1000, burst: 5}
+    - name: frozen
+      tenant: {rate: 0, burst: 5}
+`)
+	e := newEngine(t, p, WithIdleTTL(time.Minute))
+	for i := range 1000 {
+		mustDecide(t, e, at(0), Request{Tenant: fmt.Sprintf("idle-%d", i), Endpoint: "read"})
+	}
+	mustDecide(t, e, at(0), Request{Tenant: "owes", Tier: "frozen", Endpoint: "read"})
+	if n := e.PlaneStatusAt(at(0)).Tenants; n != 1001 {
+		t.Fatalf("%d tenant states before idling; want 1001", n)
+	}
+	// Ticks after the TTL sweep one registry shard each.
+	for i := range 2 * registryShards {
+		mustDecide(t, e, at(2*time.Minute+time.Duration(i)*200*time.Millisecond), Request{Tenant: "active", Endpoint: "read"})
+	}
+	if n := e.PlaneStatusAt(at(3 * time.Minute)).Tenants; n != 2 {
+		t.Errorf("%d tenant states after the idle TTL; want 2 (active, and owes, which still owes tokens)", n)
+	}
+	s, ok := e.TenantStatusAt(at(3*time.Minute), "owes")
+	if !ok || s.Limits[0].Remaining != 4 {
+		t.Errorf("tenant owes: ok=%v status %+v; want its state kept with 4 tokens left", ok, s.Limits)
+	}
+}

@@ -1,0 +1,137 @@
+package enforcer
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct{ now atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time      { return time.Unix(0, c.now.Load()) }
+func (c *fakeClock) Set(t time.Time)     { c.now.Store(t.UnixNano()) }
+func (c *fakeClock) Add(d time.Duration) { c.now.Add(int64(d)) }
+func (e *Engine) queuedLen(mode fairnessMode) int {
+	e.queue.mu.Lock()
+	defer e.queue.mu.Unlock()
+	n := e.queue.discipline(mode).Len()
+	if e.queue.pending != nil {
+		n++
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or a second passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		default:
+			runtime.Gosched()
+		}
+	}
+}
+
+const queuePlane = planeHeader + `
+  global: {rate: 100, burst: 100}
+  fairness: %s
+  tiers:
+    - {name: standard, weight: 1}
+`
+
+// contend drives the plane into contention in virtual time up to 2s: two
+// tenants each offer twice the global rate.
+func contend(t *testing.T, e *Engine) {
+	for i := range 800 {
+		tenant := []string{"a", "b"}[i%2]
+		mustDecide(t, e, at(time.Duration(i)*2500*time.Microsecond), Request{Tenant: tenant, Endpoint: "read"})
+	}
+	if !e.PlaneStatusAt(at(2 * time.Second)).Contended {
+		t.Fatal("the plane is not contended after offering 4x its global rate")
+	}
+	// Newcomers, each within its share, take what is left of the global bucket.
+	for i := 0; e.PlaneStatusAt(at(2*time.Second)).Global.Remaining > 0; i++ {
+		mustDecide(t, e, at(2*time.Second), Request{Tenant: sprintf("newcomer-%d", i), Endpoint: "read"})
+		if i > 1000 {
+			t.Fatal("the global bucket does not empty")
+		}
+	}
+}
+
+func TestQueueingModesHoldThenAdmit(t *testing.T) {
+	for _, mode := range []string{"wfq", "drr"} {
+		t.Run(mode, func(t *testing.T) {
+			clock := &fakeClock{}
+			clock.Set(at(2 * time.Second))
+			e := newEngine(t, compileYAML(t, sprintf(queuePlane, mode)), WithClock(clock.Now), WithQueueWait(time.Minute))
+			contend(t, e)
+
+			got := make(chan Decision, 1)
+			go func() {
+				d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- d
+			}()
+			waitFor(t, "the request to queue", func() bool { return e.queuedLen(parseFairness(mode)) == 1 })
+			clock.Add(time.Second) // the global bucket refills
+			d := <-got
+			if !d.Allow {
+				t.Fatalf("queued request got %+v after capacity returned; want it admitted", d)
+			}
+		})
+	}
+}
+
+func TestQueueingModesTimeOutWithTheDenial(t *testing.T) {
+	clock := &fakeClock{}
+	clock.Set(at(2 * time.Second))
+	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), WithQueueWait(20*time.Millisecond))
+	contend(t, e)
+	d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})
+	if err != nil || d.Allow || d.Level != LevelGlobal || d.RetryAfter <= 0 {
+		t.Fatalf("Decide after the queue wait = %+v, %v; want the global denial with a RetryAfter", d, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		waitFor(t, "the request to queue", func() bool { return e.queuedLen(fairWFQ) == 1 })
+		cancel()
+	}()
+	e.settings.queueWait = time.Minute // this wait outlives the context
+	if _, err := e.Decide(ctx, Request{Tenant: "b", Endpoint: "read"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Decide with a cancelled context = %v; want context.Canceled", err)
+	}
+}
+
+func TestCloseAnswersWaiters(t *testing.T) {
+	clock := &fakeClock{}
+	clock.Set(at(2 * time.Second))
+	e, err := New(compileYAML(t, sprintf(queuePlane, "drr")), WithClock(clock.Now), WithQueueWait(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	contend(t, e)
+	got := make(chan Decision, 1)
+	go func() {
+		d, _ := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})
+		got <- d
+	}()
+	waitFor(t, "the request to queue", func() bool { return e.queuedLen(fairDRR) == 1 })
+	e.Close()
+	if d := <-got; d.Allow || d.Level != LevelGlobal {
+		t.Fatalf("a waiter at Close got %+v; want its global denial", d)
+	}
+	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Decide after Close = %v; want ErrClosed", err)
+	}
+}

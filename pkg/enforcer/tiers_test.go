@@ -1,0 +1,101 @@
+package enforcer
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+)
+
+// tierTenants makes, per tier, count tenants that together offer the given
+// share of rate.
+func tierTenants(rate float64, counts []int, offeredShare []float64, weights []int64) []fairTenant {
+	var out []fairTenant
+	for k, n := range counts {
+		for i := range n {
+			out = append(out, fairTenant{name: fmt.Sprintf("tier%d-%03d", k, i), tier: k, weight: weights[k], offered: rate * offeredShare[k] / float64(n)})
+		}
+	}
+	return out
+}
+
+// perTier sums per-tenant rates by tier.
+func perTier(tiers []fairTier, tenants []fairTenant, rates []float64) []float64 {
+	sums := make([]float64, len(tiers))
+	for i, tn := range tenants {
+		sums[tn.tier] += rates[i]
+	}
+	return sums
+}
+
+// TestTierProtectionUnderOverload offers 150% of the global limit, half of
+// the limit from each tier, and checks that every tier gets its hierarchical
+// share: enterprise all it asks (above its floor), standard most, free shed
+// first; then that a floor binds when weights alone would give a tier less.
+func TestTierProtectionUnderOverload(t *testing.T) {
+	const globalRate = 10_000
+	cases := []struct {
+		name  string
+		tiers []fairTier
+		// want is each tier's admitted rate as a fraction of the global rate.
+		want []float64
+	}{
+		{
+			name:  "weights shed free first",
+			tiers: []fairTier{{"enterprise", 8, 40}, {"standard", 4, 25}, {"free", 1, 5}},
+			want:  []float64{0.50, 0.40, 0.10},
+		},
+		{
+			name:  "free floor binds",
+			tiers: []fairTier{{"enterprise", 8, 10}, {"standard", 4, 10}, {"free", 1, 30}},
+			// the free floor takes 30%; enterprise and standard share the
+			// other 70% by weight 8:4
+			want: []float64{0.70 * 8 / 12, 0.70 * 4 / 12, 0.30},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tenants := tierTenants(globalRate, []int{2, 20, 200}, []float64{0.5, 0.5, 0.5}, []int64{tc.tiers[0].weight, tc.tiers[1].weight, tc.tiers[2].weight})
+			e := newEngine(t, compileYAML(t, scenarioPolicy(t, "maxmin", globalRate, tc.tiers, tenants)))
+			res := runScenario(t, e, tenants, 3, 3*time.Second, 10*time.Second)
+			admitted := perTier(tc.tiers, tenants, res.admitted)
+			offered := perTier(tc.tiers, tenants, res.offered)
+			reference := perTier(tc.tiers, tenants, hierarchicalFairShares(globalRate, tc.tiers, tenants, res.offered))
+			for k, tr := range tc.tiers {
+				t.Logf("%s: offered %.0f/s, admitted %.0f/s (%.0f%% success), reference %.0f/s, floor %d%%",
+					tr.name, offered[k], admitted[k], 100*admitted[k]/offered[k], reference[k], tr.floorPercent)
+				if want := tc.want[k] * globalRate; math.Abs(admitted[k]-want) > 0.05*want {
+					t.Errorf("%s admitted %.0f/s; want %.0f/s ±5%%", tr.name, admitted[k], want)
+				}
+				if math.Abs(reference[k]-tc.want[k]*globalRate) > 0.05*tc.want[k]*globalRate {
+					t.Errorf("%s: the reference allocator gives %.0f/s, the table %.0f/s: fix the table", tr.name, reference[k], tc.want[k]*globalRate)
+				}
+				if floor := float64(tr.floorPercent) / 100 * globalRate; admitted[k] < 0.95*math.Min(floor, offered[k]) {
+					t.Errorf("%s admitted %.0f/s, below its floor %.0f/s", tr.name, admitted[k], floor)
+				}
+			}
+			if success := func(k int) float64 { return admitted[k] / offered[k] }; !(success(2) < success(1) && success(1) < success(0)) && tc.tiers[2].floorPercent < 30 {
+				t.Errorf("success rates %.2f, %.2f, %.2f: lower tiers must be shed first", success(0), success(1), success(2))
+			}
+		})
+	}
+}
+
+// TestTierReservesWithoutFairness checks that with fairness none, where the
+// global bucket is first come first served, a tier's floor is kept as a
+// reserve that lower tiers cannot take: enterprise still gets its 40%.
+func TestTierReservesWithoutFairness(t *testing.T) {
+	const globalRate = 10_000
+	tiers := []fairTier{{"enterprise", 8, 40}, {"standard", 4, 25}, {"free", 1, 5}}
+	tenants := tierTenants(globalRate, []int{2, 20, 200}, []float64{0.5, 0.5, 0.5}, []int64{8, 4, 1})
+	e := newEngine(t, compileYAML(t, scenarioPolicy(t, "none", globalRate, tiers, tenants)))
+	res := runScenario(t, e, tenants, 5, 3*time.Second, 10*time.Second)
+	admitted := perTier(tiers, tenants, res.admitted)
+	t.Logf("admitted per tier: enterprise %.0f/s, standard %.0f/s, free %.0f/s", admitted[0], admitted[1], admitted[2])
+	if admitted[0] < 0.95*0.40*globalRate {
+		t.Errorf("enterprise admitted %.0f/s, below its 40%% floor", admitted[0])
+	}
+	if total := admitted[0] + admitted[1] + admitted[2]; total > 1.005*globalRate || total < 0.95*globalRate {
+		t.Errorf("admitted %.0f/s in total; want the global limit %d/s", total, globalRate)
+	}
+}
