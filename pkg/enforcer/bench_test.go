@@ -137,3 +137,64 @@ func BenchmarkDecideAtUncontendedHot(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecideAtContended is the decision over 5,000 tenants offering ten
+// times a global limit shared by weighted max-min: the fairness path
+// (share buckets, demand measurement, the tick's reallocation) and denials.
+func BenchmarkDecideAtContended(b *testing.B) {
+	e := newEngine(b, benchPolicy(b, 5000, 100_000, "maxmin"))
+	rs := benchRequests(5000)
+	now := epoch
+	for i := range 2_000_000 { // 2 s of virtual time: contention is established
+		now = now.Add(time.Microsecond)
+		mustDecide(b, e, now, rs[i%len(rs)])
+	}
+	if !e.PlaneStatusAt(now).Contended {
+		b.Fatal("not contended")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Microsecond)
+		e.DecideAt(now, rs[i%len(rs)])
+	}
+}
+
+func BenchmarkDecideAtContendedParallel(b *testing.B) {
+	e := newEngine(b, benchPolicy(b, 5000, 100_000, "maxmin"))
+	rs := benchRequests(5000)
+	now := epoch
+	for i := range 2_000_000 {
+		now = now.Add(time.Microsecond)
+		mustDecide(b, e, now, rs[i%len(rs)])
+	}
+	var clock atomic.Int64
+	clock.Store(now.UnixMicro())
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			e.DecideAt(time.UnixMicro(clock.Add(1)), rs[i%len(rs)])
+		}
+	})
+}
+
+// BenchmarkAllowNOver5000 is x/time/rate AllowN over 5,000 limiters in a map,
+// the same access pattern as the engine benchmarks: one naive level.
+func BenchmarkAllowNOver5000(b *testing.B) {
+	limiters := make(map[string]*rate.Limiter, 5000)
+	rs := benchRequests(5000)
+	for _, r := range rs {
+		limiters[r.Tenant] = rate.NewLimiter(rate.Limit(1e12), 1<<30)
+	}
+	now := epoch
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Microsecond)
+		if !limiters[rs[i%len(rs)].Tenant].AllowN(now, 1) {
+			b.Fatal("denied")
+		}
+	}
+}

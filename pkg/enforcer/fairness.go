@@ -37,10 +37,12 @@ type fairness struct {
 	tenants  []*tenantState
 	weights  []int64 // per tenant, read with the tenant's lock at this tick
 	ranks    []int
-	byTier   [policy.MaxTiers][]scheduler.Item
-	tiers    []scheduler.Item
-	out      []float64
-	scratch  scheduler.Scratch
+	// pruneScratch holds one registry shard's tenants while prune looks at them.
+	pruneScratch []*tenantState
+	byTier       [policy.MaxTiers][]scheduler.Item
+	tiers        []scheduler.Item
+	out          []float64
+	scratch      scheduler.Scratch
 }
 
 // shareRate is the tenant's fair share in tokens per second.
@@ -186,11 +188,12 @@ func (e *Engine) prune(snap *snapshot, now int64) {
 	cutoff := now - e.settings.idleTTL.Microseconds()
 	sh := &e.tenants.shards[e.fair.ticks%registryShards]
 	sh.mu.RLock()
-	candidates := make([]*tenantState, 0, len(sh.tenants))
+	candidates := e.fair.pruneScratch[:0]
 	for _, ts := range sh.tenants {
 		candidates = append(candidates, ts)
 	}
 	sh.mu.RUnlock()
+	e.fair.pruneScratch = candidates
 	for _, ts := range candidates {
 		ts.mu.Lock()
 		ts.pruneKeysLocked(cutoff, now)

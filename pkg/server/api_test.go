@@ -1,0 +1,127 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotaplane/quotaplane/config/samples"
+	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+func sampleAPI(t *testing.T) http.Handler {
+	t.Helper()
+	p, err := policy.LoadFS(samples.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return NewAPI(e)
+}
+
+func post(h http.Handler, path string, headers map[string]string, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestExportsUntilTheTenantLimitFires replays the README's curl session: a
+// free tenant's bucket holds two exports, the third gets a 429 that names the
+// level, the reason and when to retry.
+func TestExportsUntilTheTenantLimitFires(t *testing.T) {
+	h := sampleAPI(t)
+	headers := map[string]string{HeaderTenant: "free-trial", HeaderAPIKey: "k1"}
+	for i := range 2 {
+		if rec := post(h, "/api/export", headers, ""); rec.Code != http.StatusOK {
+			t.Fatalf("export %d: status %d, body %s; want 200", i+1, rec.Code, rec.Body)
+		}
+	}
+	rec := post(h, "/api/export", headers, "")
+	if rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("third export: status %d; want 429", rec.Code)
+	}
+	if got := rec.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After %q; want 1 (whole seconds, rounded up)", got)
+	}
+	if got := rec.Header().Get(HeaderLevel); got != "tenant" {
+		t.Errorf("%s %q; want tenant", HeaderLevel, got)
+	}
+	if got := rec.Header().Get(HeaderReason); !strings.Contains(got, "tenant limit of 50 per 1s (burst 100)") {
+		t.Errorf("%s %q; want it to name the tenant limit", HeaderReason, got)
+	}
+	var body decision
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Allowed || body.Level != "tenant" || body.Cost != 50 {
+		t.Errorf("429 body %s (%v); want allowed false, level tenant, cost 50", rec.Body, err)
+	}
+}
+
+func TestBadRequestsSayWhatIsWrong(t *testing.T) {
+	h := sampleAPI(t)
+	ok := map[string]string{HeaderTenant: "acme", HeaderAPIKey: "k"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{HeaderTenant: "acme", HeaderAPIKey: "k"}
+		if v == "" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+	cases := []struct {
+		name    string
+		method  string
+		path    string
+		headers map[string]string
+		body    string
+		status  int
+		says    string
+	}{
+		{"no tenant", "POST", "/api/read", with(HeaderTenant, ""), "", 400, "missing X-Tenant"},
+		{"no key", "POST", "/api/read", with(HeaderAPIKey, ""), "", 400, "missing X-Api-Key"},
+		{"tenant with a space", "POST", "/api/read", with(HeaderTenant, "a b"), "", 400, "printable"},
+		{"tenant too long", "POST", "/api/read", with(HeaderTenant, strings.Repeat("x", 257)), "", 400, "256"},
+		{"units not a number", "POST", "/api/read", with(HeaderUnits, "many"), "", 400, "X-Quota-Units"},
+		{"units zero", "POST", "/api/read", with(HeaderUnits, "0"), "", 400, "X-Quota-Units"},
+		{"wrong method", "GET", "/api/read", ok, "", 405, "POST"},
+		{"no endpoint", "POST", "/api/", ok, "", 404, "no such path"},
+		{"other path", "POST", "/nope", ok, "", 404, "no such path"},
+		{"body too large", "POST", "/api/read", ok, strings.Repeat("x", MaxBodyBytes+1), 413, "larger than"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.says) {
+				t.Errorf("status %d body %s; want %d saying %q", rec.Code, rec.Body, tc.status, tc.says)
+			}
+		})
+	}
+}
+
+func TestRetryAfterSecondsRoundsUp(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{{"1us", 1}, {"999ms", 1}, {"1s", 1}, {"1.001s", 2}, {"300s", 300}} {
+		d, _ := time.ParseDuration(tc.in)
+		if got := RetryAfterSeconds(d); got != tc.want {
+			t.Errorf("RetryAfterSeconds(%s) = %d; want %d", tc.in, got, tc.want)
+		}
+	}
+}
