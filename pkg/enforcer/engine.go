@@ -199,7 +199,8 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 	if e.closed.Load() {
 		return Decision{}, ErrClosed
 	}
-	d, err := e.decideOpts(e.clock(), &r, false)
+	var d Decision
+	err := e.decideOpts(e.clock(), &r, false, &d)
 	if err != nil || d.Allow || d.Level != LevelGlobal || e.settings.queueWait == 0 {
 		return d, err
 	}
@@ -214,26 +215,25 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 // short critical sections and is deterministic: the same requests at the same
 // times give the same decisions, so simulations in virtual time are exact.
 func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
-	return e.decide(now.UnixMicro(), &r)
+	var d Decision
+	err := e.decideOpts(now.UnixMicro(), &r, false, &d)
+	return d, err
 }
 
-func (e *Engine) decide(now int64, r *Request) (Decision, error) {
-	return e.decideOpts(now, r, false)
-}
-
-// decideOpts decides r; queued requests skip the fair-share pacing, which
-// the queue's discipline replaces.
-func (e *Engine) decideOpts(now int64, r *Request, queued bool) (Decision, error) {
+// decideOpts decides r into d (filled in place: a Decision is too big to
+// copy through every call); queued requests skip the fair-share pacing,
+// which the queue's discipline replaces.
+func (e *Engine) decideOpts(now int64, r *Request, queued bool, d *Decision) error {
 	snap := e.snap.Load()
 	if r.Tenant == "" {
-		return Decision{}, fmt.Errorf("%w: the tenant is empty", ErrInvalidRequest)
+		return fmt.Errorf("%w: the tenant is empty", ErrInvalidRequest)
 	}
 	if r.Units < 0 || r.Units > MaxUnits {
-		return Decision{}, fmt.Errorf("%w: units %d out of range [0, %d]", ErrInvalidRequest, r.Units, MaxUnits)
+		return fmt.Errorf("%w: units %d out of range [0, %d]", ErrInvalidRequest, r.Units, MaxUnits)
 	}
 	ep, cost, ok := snap.endpoint(r.Endpoint)
 	if !ok {
-		return Decision{}, fmt.Errorf("%w: %q is not an endpoint of plane %s", ErrUnknownEndpoint, r.Endpoint, snap.policy.Plane())
+		return fmt.Errorf("%w: %q is not an endpoint of plane %s", ErrUnknownEndpoint, r.Endpoint, snap.policy.Plane())
 	}
 	cost *= max(r.Units, 1)
 	if now >= e.fair.nextTick.Load() {
@@ -241,7 +241,7 @@ func (e *Engine) decideOpts(now int64, r *Request, queued bool) (Decision, error
 	}
 	ts := snap.known[r.Tenant]
 	if ts == nil && snap.denyUnknown {
-		return Decision{}, fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, snap.policy.Plane())
+		return fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, snap.policy.Plane())
 	}
 	for {
 		if ts == nil {
@@ -257,16 +257,16 @@ func (e *Engine) decideOpts(now int64, r *Request, queued bool) (Decision, error
 	if ts.snap != snap {
 		ts.syncLocked(snap, now)
 	}
-	d := e.decideLocked(snap, ts, ep, cost, r.APIKey, now, queued)
+	e.decideLocked(snap, ts, ep, cost, r.APIKey, now, queued, d)
 	ts.mu.Unlock()
-	return d, nil
+	return nil
 }
 
 // decideLocked decides with ts.mu held: it evaluates the levels below global
 // on the tenant's own state, then the global level under plane.mu, and
 // debits every level only when all of them pass, so a denied request consumes
 // nothing anywhere.
-func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, queued bool) Decision {
+func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, queued bool, d *Decision) {
 	ts.lastSeen = now
 
 	// Levels below global, in order; the first that cannot cover the cost is
@@ -364,7 +364,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	}
 	pl.mu.Unlock()
 
-	d := Decision{Allow: allow, Cost: cost}
+	*d = Decision{Allow: allow, Cost: cost}
 	switch {
 	case allow:
 		ts.limit.takeIfActive(cost-borrow, now)
@@ -409,7 +409,6 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		ts.stats.denied[lower.index()]++
 	}
 	ts.trace.add(traceEntry{atUs: now, endpoint: endpointName(snap, ep), apiKey: apiKey, cost: cost, borrowed: d.Borrowed, allow: allow, level: d.Level, reason: d.Reason})
-	return d
 }
 
 func endpointName(snap *snapshot, ep int) string {

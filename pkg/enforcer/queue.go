@@ -182,7 +182,8 @@ func (e *Engine) dispatchReady() time.Duration {
 		if !w.state.CompareAndSwap(waiting, taken) {
 			continue // its caller gave up
 		}
-		d, err := e.decideOpts(e.clock(), &w.req, true)
+		var d Decision
+		err := e.decideOpts(e.clock(), &w.req, true, &d)
 		if err == nil && !d.Allow && d.Level == LevelGlobal {
 			w.state.Store(waiting)
 			q.mu.Lock()
