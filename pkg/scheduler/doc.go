@@ -57,19 +57,21 @@
 // can check MaxMin with invariants alone, and also compare it with an oracle.
 //
 // Algorithm and cost. S is piecewise linear with breakpoints fᵢ/wᵢ (item i
-// starts rising) and cᵢ/wᵢ (item i saturates). MaxMin sorts the 2n
-// breakpoints, binary-searches them for the first one where S reaches T
+// starts rising) and cᵢ/wᵢ (item i saturates). MaxMin sorts these (at most
+// 2n) breakpoints, binary-searches them for the first one where S reaches T
 // (evaluating S directly as a sum of nonnegative clamps, which has no
 // cancellation: a running-sum walk loses small weights when a huge one
 // enters and leaves the slope), and solves the line constant + slope·λ on the
 // bracketing segment, recomputed exactly from the items: O(n log n) in all,
-// with no allocation given a warm Scratch. This
-// is the computation Kubernetes API Priority and Fairness performs to divide
-// concurrency among priority levels (computeConcurrencyAllocation in
-// k8s.io/apiserver/pkg/util/flowcontrol/conc_alloc.go solves
-// Σ clamp(fairProp·target, lowerBound, upperBound) = requiredSum the same way;
-// where it returns an error for floors that do not fit, MaxMin scales them),
-// and like it the tests check it against a deliberately naive allocator.
+// with no allocation given a warm Scratch.
+//
+// This is the problem Kubernetes API Priority and Fairness solves to divide
+// concurrency among priority levels: computeConcurrencyAllocation in
+// k8s.io/apiserver/pkg/util/flowcontrol/conc_alloc.go finds fairProp with
+// Σ clamp(fairProp·target, lowerBound, upperBound) = requiredSum by walking
+// the sorted bounds with running sums. MaxMin differs in the search (above),
+// and in scaling floors that do not fit where conc_alloc returns an error.
+// Like conc_alloc, it is tested against a deliberately naive allocator.
 //
 // # WFQ: self-clocked fair queueing
 //
@@ -113,16 +115,18 @@
 // exactly the sends the plain algorithm makes after looping k times, so
 // progress is guaranteed and each Dequeue is O(active flows) at worst.
 //
-// Fairness bound, derived from Shreedhar and Varghese's Lemma 3 (over m
-// visits a backlogged flow sends between m·Qᵢ − Lmax and m·Qᵢ + Lmax) and the
-// fact that two flows' visit counts in any interval differ by at most one:
-// over every interval in which i and j stay backlogged,
+// Fairness bound. Shreedhar and Varghese show that over m visits a
+// backlogged flow sends between m·Qᵢ − Lmax and m·Qᵢ + Lmax, and the visit
+// counts of two flows in any interval differ by at most one. Working through
+// the cases (a flow's deficit is below Lmax between its turns and below
+// Qᵢ + Lmax during one) gives, over every interval in which i and j stay
+// backlogged,
 //
 //	|Sᵢ/wᵢ − Sⱼ/wⱼ| <= quantum + Lmax/wᵢ + Lmax/wⱼ
 //
-// which is their Theorem 1 (FM < 2·Max + Q) restated per unit of weight. The
-// tests check this bound at every dequeue, including with quanta smaller than
-// the costs.
+// which is the per-unit-weight form of the paper's fairness theorem (twice
+// the maximum packet size plus the quantum). The tests check this bound at
+// every dequeue, including with quanta far smaller than the costs.
 //
 // # How the pieces agree
 //
@@ -150,8 +154,9 @@
 //     MaxMin, a FIFO negative control that must fail the same checks,
 //     equivalence with naive reference implementations (which never forget
 //     flows and, for DRR, loop through idle rounds) over random operation
-//     sequences with flows coming and going and Remove, tie order, per-flow
-//     FIFO order, and flow state dropping to zero when the queue drains.
+//     sequences with flows coming and going and Remove (hence also per-flow
+//     FIFO order), tie order, flow state dropping to zero when the queue
+//     drains, and termination with absurd weights, costs and quanta.
 //   - Allocation: 0 allocs per call in steady state for MaxMin with a
 //     Scratch and for WFQ and DRR Enqueue/Dequeue, pinned with
 //     testing.AllocsPerRun.

@@ -120,7 +120,10 @@ func (q *DRR[T]) Dequeue() (flow uint64, item T, ok bool) {
 // flow now, marking round k's quantum as already granted. The next visits
 // then behave exactly as the k-th round would: the same flows send in the
 // same order with the same deficits. Without this, a cost far above the
-// quantum would cost cost/quantum laps of the rotation per item.
+// quantum would cost cost/quantum laps of the rotation per item. (The one
+// observable difference: round k's quantum is computed with the weights at
+// the time of the skip, so a weight changed by an Enqueue before the flow's
+// round-k visit applies from its next turn instead.)
 func (q *DRR[T]) skipIdleRounds() {
 	rounds := math.Inf(1)
 	for i := 0; i < q.active.len(); i++ {
@@ -132,13 +135,21 @@ func (q *DRR[T]) skipIdleRounds() {
 		state := &q.slots[*q.active.at(i)]
 		share := q.quantum * state.weight
 		head := state.items.front().cost
-		if math.Ceil((head-state.deficit)/share) <= rounds {
-			// This flow can send in round k. Say so exactly, so that rounding
-			// in k·share can never leave the rotation without a sender.
-			state.deficit = max(state.deficit+rounds*share, head)
-		} else {
-			state.deficit += rounds * share
+		if math.Ceil((head-state.deficit)/share) > rounds {
+			state.deficit += rounds * share // rounds is finite here: another flow needs fewer
+			state.granted = true
+			continue
 		}
+		// This flow can send in round k. Make sure the numbers say so even
+		// when they cannot be trusted: rounding in k·share, a share that
+		// underflowed to 0 (k = +Inf, k·share = NaN) or an overflow to +Inf
+		// would otherwise leave the rotation without a sender, or let one
+		// flow drain its whole queue on an infinite deficit.
+		deficit := state.deficit + rounds*share
+		if !(deficit >= head) || math.IsInf(deficit, 1) {
+			deficit = head
+		}
+		state.deficit = deficit
 		state.granted = true
 	}
 }

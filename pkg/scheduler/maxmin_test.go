@@ -224,6 +224,14 @@ func TestMaxMinTable(t *testing.T) {
 			want:     []float64{4, 8}, wantLevel: 0,
 		},
 		{
+			// Regression: a walk keeping running sums of the slope added and
+			// then subtracted 1e300, losing the unit weights entirely.
+			name:     "weights 300 orders of magnitude apart",
+			capacity: 5,
+			items:    []Item{{Weight: 1e300, Cap: 1e-300}, {Weight: 1, Cap: 10}, {Weight: 1, Cap: 10}},
+			want:     []float64{1e-300, 2.5, 2.5}, wantLevel: 2.5,
+		},
+		{
 			name:      "no items",
 			capacity:  10,
 			items:     nil,
@@ -351,6 +359,7 @@ func TestMaxMinMatchesReferenceOnRandomProblems(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("regimes over %d problems: %v", cases, regimes)
 	// The generator must actually reach every regime, or the test proves less
 	// than it claims.
 	for _, regime := range []string{"caps fit", "level 0 (floors bind or capacity 0)", "contended"} {
@@ -568,6 +577,7 @@ func benchmarkMaxMin(b *testing.B, n int) {
 	}
 	out := make([]float64, n)
 	var scratch Scratch
+	MaxMin(sumCaps/2, items, out, &scratch) // steady state: the scratch has grown
 	b.ReportAllocs()
 	for b.Loop() {
 		MaxMin(sumCaps/2, items, out, &scratch)

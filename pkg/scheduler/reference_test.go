@@ -129,7 +129,7 @@ type discipline interface {
 type fifo struct{ jobs []job }
 
 func (q *fifo) Enqueue(_ uint64, _, _ float64, item job) { q.jobs = append(q.jobs, item) }
-func (q *fifo) Len() int                                  { return len(q.jobs) }
+func (q *fifo) Len() int                                 { return len(q.jobs) }
 func (q *fifo) Dequeue() (uint64, job, bool) {
 	if len(q.jobs) == 0 {
 		return 0, job{}, false
