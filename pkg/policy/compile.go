@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -370,7 +371,7 @@ func compileEndpoint(eq *v1alpha1.EndpointQuota, tiers map[string]Tier, ps *prob
 	if e.Cost == 0 {
 		e.Cost = 1
 	}
-	if e.Name == "" || strings.ContainsAny(e.Name, "/ \t\r\n") {
+	if e.Name == "" || strings.ContainsAny(e.Name, "/ \t\r\n") || !utf8.ValidString(e.Name) {
 		ps.add("spec.endpoint", "%q is not an endpoint name; use the {endpoint} of POST /api/{endpoint}, without slashes or spaces", e.Name)
 	}
 	if e.Cost < 1 || e.Cost > MaxCost {
@@ -399,8 +400,8 @@ func compileEndpoint(eq *v1alpha1.EndpointQuota, tiers map[string]Tier, ps *prob
 func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, tiers map[string]Tier, endpoints map[string]bool, ps *problems) (Tenant, bool) {
 	s := tq.Spec
 	t := Tenant{Name: s.Tenant, Tier: s.Tier}
-	if t.Name == "" {
-		ps.add("spec.tenant", "a TenantQuota needs the tenant id, as sent in X-Tenant")
+	if t.Name == "" || !utf8.ValidString(t.Name) {
+		ps.add("spec.tenant", "a TenantQuota needs the tenant id, as sent in X-Tenant, in valid UTF-8")
 	}
 	if t.Tier == "" {
 		t.Tier = defaultTier
@@ -426,8 +427,8 @@ func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, tiers map[strin
 	seen := map[string]bool{}
 	for i, k := range s.Keys {
 		field := fmt.Sprintf("spec.keys[%d]", i)
-		if k.Key == "" {
-			ps.add(field+".key", "an api key override needs the key")
+		if k.Key == "" || !utf8.ValidString(k.Key) {
+			ps.add(field+".key", "an api key override needs the key, in valid UTF-8")
 		}
 		if seen[k.Key] {
 			ps.add(field+".key", "api key %q is listed twice", k.Key)

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -125,6 +126,15 @@ func TestPlaneProblemsYieldNoPolicy(t *testing.T) {
 			name: "no tiers",
 			objs: objects(newPlane(func(qp *v1alpha1.QuotaPlane) { qp.Spec.Tiers = nil })),
 			want: []wantProblem{planeProblem("spec.tiers", "needs at least one tier", "{name: standard, weight: 1}")},
+		},
+		{
+			name: "more than MaxTiers tiers",
+			objs: withPlane(func(qp *v1alpha1.QuotaPlane) {
+				for i := range policy.MaxTiers - 2 {
+					qp.Spec.Tiers = append(qp.Spec.Tiers, v1alpha1.Tier{Name: fmt.Sprintf("extra-%02d", i)})
+				}
+			}),
+			want: []wantProblem{planeProblem("spec.tiers", "a plane has at most 16 tiers, not 17", "merge some")},
 		},
 		{
 			name: "tier without a name",
@@ -672,6 +682,11 @@ func TestPlaneBoundariesAreAccepted(t *testing.T) {
 		}},
 		{"reconcile interval at its minimum", func(qp *v1alpha1.QuotaPlane) { qp.Spec.ReconcileInterval = dur(policy.MinReconcileInterval) }},
 		{"reconcile interval at its maximum", func(qp *v1alpha1.QuotaPlane) { qp.Spec.ReconcileInterval = dur(time.Hour) }},
+		{"MaxTiers tiers", func(qp *v1alpha1.QuotaPlane) {
+			for i := range policy.MaxTiers - 3 {
+				qp.Spec.Tiers = append(qp.Spec.Tiers, v1alpha1.Tier{Name: fmt.Sprintf("extra-%02d", i)})
+			}
+		}},
 		{"tier weight at its maximum", func(qp *v1alpha1.QuotaPlane) { qp.Spec.Tiers[0].Weight = 1_000_000 }},
 		{"every enum value", func(qp *v1alpha1.QuotaPlane) {
 			qp.Spec.Mode, qp.Spec.Fairness, qp.Spec.FailureMode = v1alpha1.ModeCentral, v1alpha1.FairnessNone, v1alpha1.FailureDeny

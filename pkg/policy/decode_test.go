@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -92,7 +93,7 @@ func TestDecodeRejectsMalformedInput(t *testing.T) {
 		{"truncated", enc[:len(enc)-10], "decode policy"},
 		{"trailing data", enc + "{}", "decode policy"},
 		{"no spec", `{"version":1,"hash":"x"}`, "decode policy spec"},
-		{"null spec", `{"version":1,"hash":"x","spec":null}`, "no tiers"},
+		{"null spec", `{"version":1,"hash":"x","spec":null}`, "spec has 0 tiers"},
 		{"unknown field in spec", strings.Replace(enc, `"plane":"main",`, `"plane":"main","owner":"me",`, 1), `unknown field "owner"`},
 		{"unknown field in a tier", strings.Replace(enc, `"name":"gold",`, `"name":"gold","color":"yellow",`, 1), `unknown field "color"`},
 		{"unknown field in a limit", strings.Replace(enc, `"global":{"rate":10000,`, `"global":{"rate":10000,"burts":1,`, 1), `unknown field "burts"`},
@@ -137,7 +138,12 @@ func TestDecodeRejectsSpecsThatBreakInvariants(t *testing.T) {
 		{"tenant in an unknown tier", func(s *policy.Spec) { s.Tenants[3].Tier = "platinum" }, `tier "platinum" is not a tier`},
 		{"tenant weight zero", func(s *policy.Spec) { s.Tenants[3].Weight = 0 }, "weight 0 < 1"},
 		{"unknown default tier", func(s *policy.Spec) { s.DefaultTier = "platinum" }, `default tier "platinum" is not a tier`},
-		{"no tiers", func(s *policy.Spec) { s.Tiers = nil }, "no tiers"},
+		{"no tiers", func(s *policy.Spec) { s.Tiers = nil }, "spec has 0 tiers"},
+		{"more than MaxTiers tiers", func(s *policy.Spec) {
+			for i := range policy.MaxTiers - 2 {
+				s.Tiers = append(s.Tiers, policy.Tier{Name: fmt.Sprintf("z%02d", i), Weight: 1})
+			}
+		}, "spec has 17 tiers; a plane has 1 to 16"},
 		{"global rate above MaxRate", func(s *policy.Spec) { s.Global.Rate = policy.MaxRate + 1 }, "global: rate 1000000001 out of range"},
 		{"tier limit burst zero", func(s *policy.Spec) { s.Tiers[1].Tenant.Burst = 0 }, "tier silver: burst 0 out of range"},
 		{"tier key limit with unknown algorithm", func(s *policy.Spec) { s.Tiers[0].Key.Algorithm = "leaky" }, `unknown algorithm "leaky"`},
@@ -159,6 +165,18 @@ func TestDecodeRejectsSpecsThatBreakInvariants(t *testing.T) {
 		{"tenant endpoint limit burst too large", func(s *policy.Spec) {
 			s.Tenants[37].Endpoints[0].Limit.Burst = policy.MaxRate + 1 // tenant-37 overrides export and write
 		}, "tenant tenant-37: burst 1000000001 out of range"},
+		{"duplicate tenants", func(s *policy.Spec) { s.Tenants[1] = s.Tenants[0] }, "without duplicates"},
+		{"duplicate endpoints", func(s *policy.Spec) { s.Endpoints[1] = s.Endpoints[0] }, "without duplicates"},
+		{"duplicate keys", func(s *policy.Spec) { s.Tenants[0].Keys[1] = s.Tenants[0].Keys[0] }, "tenant tenant-00: keys must be sorted, without duplicates"},
+		{"tiers out of priority order", func(s *policy.Spec) { s.Tiers[0], s.Tiers[1] = s.Tiers[1], s.Tiers[0] }, "priority order"},
+		{"tiers of equal weight out of name order", func(s *policy.Spec) {
+			s.Tiers[0].Weight, s.Tiers[1].Weight = 4, 4 // gold, silver: equal weights sort by name
+			s.Tiers[0], s.Tiers[1] = s.Tiers[1], s.Tiers[0]
+		}, "priority order"},
+		{"tier defined twice", func(s *policy.Spec) { s.Tiers[2].Name = "gold" }, "tier gold is defined twice"},
+		{"tier weight zero", func(s *policy.Spec) { s.Tiers[2].Weight = 0 }, "tier bronze: weight 0"},
+		{"tier floor negative", func(s *policy.Spec) { s.Tiers[2].FloorPercent = -1 }, "floorPercent -1"},
+		{"tier floors above 100", func(s *policy.Spec) { s.Tiers[0].FloorPercent = 71 }, "floors add up to 101%"},
 		{"pool ceiling above size", func(s *policy.Spec) { s.BurstPool.PerTenantCeiling = s.BurstPool.Size + 1 }, "burst pool"},
 		{"pool size zero", func(s *policy.Spec) { s.BurstPool.Size = 0 }, "burst pool"},
 		{"pool negative refill", func(s *policy.Spec) { s.BurstPool.RefillRate = -1 }, "burst pool"},

@@ -154,7 +154,7 @@ func DecodeYAML(data []byte) ([]runtime.Object, error) {
 			}
 			return nil, fmt.Errorf("document %d has no apiVersion or kind; quota objects start with apiVersion: %s and a kind", doc, v1alpha1.GroupVersion)
 		}
-		if !strings.HasPrefix(tm.APIVersion, v1alpha1.GroupVersion.Group+"/") {
+		if group, _, _ := strings.Cut(tm.APIVersion, "/"); group != v1alpha1.GroupVersion.Group {
 			continue
 		}
 		if tm.APIVersion != v1alpha1.GroupVersion.String() {

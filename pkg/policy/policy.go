@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 )
 
@@ -162,8 +163,13 @@ type envelope struct {
 // the content, so a corrupt or hand-edited blob is never loaded.
 func Decode(data []byte) (*Policy, error) {
 	var env envelope
-	if err := json.Unmarshal(data, &env); err != nil {
+	envDec := json.NewDecoder(bytes.NewReader(data))
+	envDec.DisallowUnknownFields()
+	if err := envDec.Decode(&env); err != nil {
 		return nil, fmt.Errorf("decode policy: %w", err)
+	}
+	if _, err := envDec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("decode policy: data after the policy")
 	}
 	var spec Spec
 	dec := json.NewDecoder(bytes.NewReader(env.Spec))
@@ -227,11 +233,27 @@ func checkSpec(s *Spec) error {
 		return fmt.Errorf("spec has %d tiers; a plane has 1 to %d", len(s.Tiers), MaxTiers)
 	}
 	tiers := map[string]bool{}
-	for _, t := range s.Tiers {
+	var floors int64
+	for i, t := range s.Tiers {
+		if tiers[t.Name] {
+			return fmt.Errorf("tier %s is defined twice", t.Name)
+		}
 		tiers[t.Name] = true
+		if t.Weight < 1 || t.Weight > 1_000_000 || t.FloorPercent < 0 || t.FloorPercent > 100 {
+			return fmt.Errorf("tier %s: weight %d or floorPercent %d out of range", t.Name, t.Weight, t.FloorPercent)
+		}
+		floors += t.FloorPercent
+		if i > 0 {
+			if prev := s.Tiers[i-1]; t.Weight > prev.Weight || t.Weight == prev.Weight && t.Name < prev.Name {
+				return fmt.Errorf("tiers must be in priority order (weight descending, then name)")
+			}
+		}
 		if err := checkLimits([]*Limit{t.Tenant, t.Key}); err != nil {
 			return fmt.Errorf("tier %s: %w", t.Name, err)
 		}
+	}
+	if floors > 100 {
+		return fmt.Errorf("tier floors add up to %d%%, more than 100%%", floors)
 	}
 	if !tiers[s.DefaultTier] {
 		return fmt.Errorf("default tier %q is not a tier", s.DefaultTier)
@@ -239,9 +261,9 @@ func checkSpec(s *Spec) error {
 	if err := s.Global.check(); err != nil {
 		return fmt.Errorf("global: %w", err)
 	}
-	if !slices.IsSortedFunc(s.Endpoints, func(a, b Endpoint) int { return compareStrings(a.Name, b.Name) }) ||
-		!slices.IsSortedFunc(s.Tenants, func(a, b Tenant) int { return compareStrings(a.Name, b.Name) }) {
-		return fmt.Errorf("endpoints and tenants must be sorted by name")
+	if !sortedUnique(s.Endpoints, func(e Endpoint) string { return e.Name }) ||
+		!sortedUnique(s.Tenants, func(t Tenant) string { return t.Name }) {
+		return fmt.Errorf("endpoints and tenants must be sorted by name, without duplicates")
 	}
 	for _, e := range s.Endpoints {
 		if e.Cost < 1 || e.Cost > MaxCost {
@@ -272,8 +294,8 @@ func checkSpec(s *Spec) error {
 		if t.Weight < 1 {
 			return fmt.Errorf("tenant %s: weight %d < 1", t.Name, t.Weight)
 		}
-		if !slices.IsSortedFunc(t.Keys, func(a, b KeyLimit) int { return compareStrings(a.Key, b.Key) }) {
-			return fmt.Errorf("tenant %s: keys must be sorted", t.Name)
+		if !sortedUnique(t.Keys, func(k KeyLimit) string { return k.Key }) {
+			return fmt.Errorf("tenant %s: keys must be sorted, without duplicates", t.Name)
 		}
 	}
 	if bp := s.BurstPool; bp != nil && (bp.Size < 1 || bp.RefillRate < 0 || bp.PerTenantCeiling < 1 || bp.PerTenantCeiling > bp.Size) {
@@ -312,12 +334,13 @@ func (l Limit) check() error {
 	return nil
 }
 
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// sortedUnique reports whether s is strictly increasing by key: sorted, and
+// no key twice (slices.IsSortedFunc would accept duplicates).
+func sortedUnique[T any](s []T, key func(T) string) bool {
+	for i := 1; i < len(s); i++ {
+		if key(s[i-1]) >= key(s[i]) {
+			return false
+		}
 	}
-	return 0
+	return true
 }
