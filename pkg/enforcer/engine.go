@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -256,6 +257,10 @@ func (e *Engine) decideOpts(now int64, r *Request, queued bool, d *Decision) err
 	}
 	if ts.snap != snap {
 		ts.syncLocked(snap, now)
+	} else if !ts.tenant.Known && r.Tier != ts.requestedTier {
+		// An unknown tenant's tier follows its requests (Request.Tier).
+		ts.requestedTier = strings.Clone(r.Tier)
+		ts.syncLocked(snap, now)
 	}
 	e.decideLocked(snap, ts, ep, cost, r.APIKey, now, queued, d)
 	ts.mu.Unlock()
@@ -353,15 +358,20 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 	}
 	allow := globalOK && shareOK && lower == LevelNone
-	var globalRetry int64
+	var (
+		globalRetry   int64
+		reserveDenied bool // the global bucket covers the cost, but not above the reserve
+	)
 	if allow {
 		g.take(cost, now)
 		if borrow > 0 {
 			pl.pool.take(borrow, now)
 		}
 	} else if !globalOK {
-		globalRetry = g.retryAboveUs(cost, reserve)
+		globalRetry = g.retryAboveUs(cost, reserve, now)
+		reserveDenied = reserve > 0 && g.canCover(cost, now)
 	}
+	globalRemaining := g.remaining() // read under plane.mu: other tenants debit it
 	pl.mu.Unlock()
 
 	*d = Decision{Allow: allow, Cost: cost}
@@ -382,14 +392,16 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if contended && !queued {
 			ts.share.level -= float64(cost)
 		}
-		d.Remaining = remainingAfter(g, &ts.limit, epLim, key)
+		d.Remaining = remainingAfter(globalRemaining, &ts.limit, epLim, key)
 		ts.stats.admitted++
 		ts.stats.admittedCost += cost
 	case !globalOK || !shareOK:
 		d.Level = LevelGlobal
 		switch {
-		case !globalOK && reserve > 0 && g.canCover(cost, now):
+		case reserveDenied && snap.fairness == fairNone:
 			d.Reason = reasonReserve
+		case reserveDenied:
+			d.Reason = reasonShareReserve
 		case !globalOK:
 			d.Reason = snap.reason(reasonGlobal, g.lim)
 		default:
@@ -399,7 +411,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			globalRetry = max(globalRetry, ts.share.retryAfterUs(float64(cost), shareRate))
 		}
 		d.RetryAfter = retryDuration(globalRetry)
-		d.Remaining = g.remaining()
+		d.Remaining = globalRemaining
 		ts.stats.denied[0]++
 		e.fair.globalDenials.Add(1)
 	default:
@@ -419,8 +431,8 @@ func endpointName(snap *snapshot, ep int) string {
 }
 
 // remainingAfter is the tokens left at the tightest active level.
-func remainingAfter(g, tenant, endpoint *limiter, key *keyState) int64 {
-	rem := g.remaining()
+func remainingAfter(global int64, tenant, endpoint *limiter, key *keyState) int64 {
+	rem := global
 	if tenant.active() {
 		rem = min(rem, tenant.remaining())
 	}

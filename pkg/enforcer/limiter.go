@@ -142,14 +142,7 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 	if l.window != nil {
 		return max(l.window.waitUs(now, cost, l.rate, l.periodUs), 1)
 	}
-	need := cost*l.periodUs - l.level
-	if need <= 0 {
-		return 1
-	}
-	if l.rate == 0 {
-		return math.MaxInt64
-	}
-	return max((need+l.rate-1)/l.rate, 1)
+	return l.bucketWaitUs(cost*l.periodUs, now)
 }
 
 // remaining is the whole tokens left now: level / periodUs, exactly. An
@@ -190,11 +183,23 @@ type slidingWindow struct {
 	entries []windowEntry
 	head, n int
 	sum     int64 // total cost of the n entries
+	// latest is the latest time the window has seen. Like a bucket, whose
+	// clock going back earns nothing, a window never goes back in time: an
+	// earlier request is counted as at latest, so entries stay in time
+	// order and expire oldest first.
+	latest int64
+}
+
+// clock moves the window's time to now unless now is earlier.
+func (w *slidingWindow) clock(now int64) int64 {
+	w.latest = max(w.latest, now)
+	return w.latest
 }
 
 type windowEntry struct{ at, cost int64 }
 
 func (w *slidingWindow) expire(now, periodUs int64) {
+	now = w.clock(now)
 	for w.n > 0 {
 		e := w.entries[w.head]
 		if e.at > now-periodUs {
@@ -207,6 +212,7 @@ func (w *slidingWindow) expire(now, periodUs int64) {
 }
 
 func (w *slidingWindow) add(now, cost, rate int64) {
+	now = w.clock(now)
 	if w.n == len(w.entries) {
 		grown := make([]windowEntry, max(4, min(2*len(w.entries), int(rate))))
 		for i := range w.n {
@@ -221,6 +227,7 @@ func (w *slidingWindow) add(now, cost, rate int64) {
 
 // waitUs is how long until enough entries leave the window for cost to fit.
 func (w *slidingWindow) waitUs(now, cost, rate, periodUs int64) int64 {
+	// From an earlier request, the wait also covers the gap to latest.
 	excess := w.sum + cost - rate
 	for i := 0; i < w.n && excess > 0; i++ {
 		e := w.entries[(w.head+i)%len(w.entries)]
@@ -241,13 +248,27 @@ func (l *limiter) canCoverAbove(cost, reserve int64) bool {
 	return cost <= l.burst && cost*l.periodUs+reserve <= l.level
 }
 
-// retryAboveUs is retryAfterUs for canCoverAbove.
-func (l *limiter) retryAboveUs(cost, reserve int64) int64 {
-	if l.never(cost) || l.rate == 0 {
+// retryAboveUs is retryAfterUs for canCoverAbove: math.MaxInt64 also when
+// the cost and the reserve together exceed the burst.
+func (l *limiter) retryAboveUs(cost, reserve, now int64) int64 {
+	if l.never(cost) || cost*l.periodUs+reserve > l.capacity() {
 		return math.MaxInt64
 	}
-	need := cost*l.periodUs + reserve - l.level
-	return max((need+l.rate-1)/l.rate, 1)
+	return l.bucketWaitUs(cost*l.periodUs+reserve, now)
+}
+
+// bucketWaitUs is how long until the bucket holds need token·µs. The wait
+// counts from now, and refill starts only at last: a request from before
+// the bucket's clock (the clock went back) waits for the gap too.
+func (l *limiter) bucketWaitUs(need, now int64) int64 {
+	need -= l.level
+	if need <= 0 {
+		return 1
+	}
+	if l.rate == 0 {
+		return math.MaxInt64
+	}
+	return max((need+l.rate-1)/l.rate+max(l.last-now, 0), 1)
 }
 
 // shortfall is how many whole tokens cost lacks.

@@ -84,7 +84,10 @@ type reasonKey struct {
 const (
 	reasonShare   = "global capacity is contended and this tenant is above its weighted fair share"
 	reasonReserve = "global capacity is low and what is left is reserved for higher tiers"
-	reasonUnknown = "this request cannot pass"
+	// reasonShareReserve: the tenant is above its fair share and the rest of
+	// the global bucket is kept for tenants within theirs.
+	reasonShareReserve = "global capacity is contended and what is left is kept for tenants within their fair share"
+	reasonUnknown      = "this request cannot pass"
 )
 
 func newSnapshot(p *policy.Policy) *snapshot {
