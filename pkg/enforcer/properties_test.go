@@ -261,7 +261,6 @@ func propRaceEnabled() bool {
 	return false
 }
 
-
 // TestConcurrentGlobalAdmitsExactlyBurst: 64 goroutines race for a global
 // limit of 1,000 tokens that never refills.
 func TestConcurrentGlobalAdmitsExactlyBurst(t *testing.T) {
