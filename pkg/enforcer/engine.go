@@ -257,7 +257,7 @@ func (e *Engine) decideOpts(now int64, r *Request, queued bool, d *Decision) err
 	}
 	if ts.snap != snap {
 		ts.syncLocked(snap, now)
-	} else if !ts.tenant.Known && r.Tier != ts.requestedTier {
+	} else if !ts.known && r.Tier != ts.requestedTier {
 		// An unknown tenant's tier follows its requests (Request.Tier).
 		ts.requestedTier = strings.Clone(r.Tier)
 		ts.syncLocked(snap, now)
@@ -420,14 +420,11 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		d.Remaining = lowerLim.remaining()
 		ts.stats.denied[lower.index()]++
 	}
-	ts.trace.add(traceEntry{atUs: now, endpoint: endpointName(snap, ep), apiKey: apiKey, cost: cost, borrowed: d.Borrowed, allow: allow, level: d.Level, reason: d.Reason})
-}
-
-func endpointName(snap *snapshot, ep int) string {
-	if ep < 0 {
-		return ""
+	entry := traceEntry{atUs: now, cost: cost, apiKey: apiKey, reason: d.Reason, borrowed: int32(d.Borrowed), level: int8(d.Level.index()), allow: allow}
+	if ep >= 0 {
+		entry.endpoint = &snap.endpoints[ep]
 	}
-	return snap.endpoints[ep].Name
+	ts.trace.add(entry)
 }
 
 // remainingAfter is the tokens left at the tightest active level.

@@ -15,6 +15,7 @@ import (
 type tenantState struct {
 	mu       sync.Mutex
 	removed  bool      // pruned from the registry: look the tenant up again
+	known    bool      // the policy names the tenant (tenant.Known)
 	snap     *snapshot // the snapshot the derived fields were derived from
 	lastSeen int64     // µs of the last decision
 	// offered accumulates the cost of requests that passed every level below
@@ -23,7 +24,8 @@ type tenantState struct {
 	stats   counters
 
 	limit     limiter   // the tenant level
-	endpoints []limiter // per endpoint of snap, aligned with snap.endpoints
+	endpoints []limiter // per endpoint of snap, aligned with snap.endpoints; in epInline when few
+	epInline  [inlineEndpoints]limiter
 	// lastKey caches the most recent api key's state: most traffic of a
 	// tenant comes through few keys.
 	lastKey      string
@@ -46,6 +48,10 @@ type tenantState struct {
 	// The moving average behind demandBits; owned by the fairness tick.
 	demandAverage, demandWeight float64
 }
+
+// inlineEndpoints is how many endpoint limiters live inside tenantState,
+// saving a pointer chase on every decision of a plane with few endpoints.
+const inlineEndpoints = 4
 
 // keyState is one api key's limiter.
 type keyState struct {
@@ -72,13 +78,18 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64) {
 	if !known {
 		t, _ = p.DefaultTenant(ts.name, ts.requestedTier)
 	}
-	ts.tenant = t
+	ts.tenant, ts.known = t, known
 	ts.tierRank = snap.tierRank[t.Tier]
 	ts.mayBorrow = p.MayBorrow(&t)
 	ts.limit.change(t.Limit, now)
 	ts.allowance.change(snap.borrowCeiling, now)
 
-	endpoints := make([]limiter, len(snap.endpoints))
+	var inline [inlineEndpoints]limiter
+	endpoints := inline[:0]
+	if len(snap.endpoints) > inlineEndpoints {
+		endpoints = make([]limiter, len(snap.endpoints))
+	}
+	endpoints = endpoints[:len(snap.endpoints)]
 	for i := range snap.endpoints {
 		lim := p.EndpointLimit(&t, i)
 		if old := ts.endpointLimiter(snap.endpoints[i].Name); old != nil {
@@ -87,6 +98,12 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64) {
 		} else {
 			endpoints[i].reset(lim, now)
 		}
+	}
+	if len(endpoints) <= inlineEndpoints {
+		// Written only now: the loop above read the old limiters, which
+		// may live in epInline.
+		ts.epInline = inline
+		endpoints = ts.epInline[:len(endpoints)]
 	}
 	ts.endpoints = endpoints
 	for key, ks := range ts.keys {

@@ -2,6 +2,8 @@ package enforcer
 
 import (
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
 // TraceLength is how many recent decisions the engine keeps per tenant.
@@ -19,8 +21,9 @@ type TraceEntry struct {
 	Reason   string
 }
 
-// traceRing keeps the last TraceLength decisions. Entries hold µs, not a
-// time.Time, to keep the ring small; strings are shared, never built.
+// traceRing keeps the last TraceLength decisions. An entry is one cache
+// line: times in µs, the level as an index, and strings and endpoints shared
+// with the policy, never built.
 type traceRing struct {
 	entries [TraceLength]traceEntry
 	next    int
@@ -29,13 +32,13 @@ type traceRing struct {
 
 type traceEntry struct {
 	atUs     int64
-	endpoint string
-	apiKey   string
 	cost     int64
-	borrowed int64
-	allow    bool
-	level    Level
+	apiKey   string
 	reason   string
+	endpoint *policy.Endpoint // nil for an endpoint the plane does not name
+	borrowed int32            // at most a pool's size, below 2^31
+	level    int8             // index in Levels, -1 when allowed
+	allow    bool
 }
 
 func (r *traceRing) add(e traceEntry) {
@@ -52,8 +55,14 @@ func (r *traceRing) newestFirst() []TraceEntry {
 	for i := range r.n {
 		e := r.entries[(r.next-1-i+2*TraceLength)%TraceLength]
 		out[i] = TraceEntry{
-			At: time.UnixMicro(e.atUs), Endpoint: e.endpoint, APIKey: e.apiKey,
-			Cost: e.cost, Borrowed: e.borrowed, Allow: e.allow, Level: e.level, Reason: e.reason,
+			At: time.UnixMicro(e.atUs), APIKey: e.apiKey,
+			Cost: e.cost, Borrowed: int64(e.borrowed), Allow: e.allow, Reason: e.reason,
+		}
+		if e.endpoint != nil {
+			out[i].Endpoint = e.endpoint.Name
+		}
+		if e.level >= 0 {
+			out[i].Level = Levels[e.level]
 		}
 	}
 	return out
