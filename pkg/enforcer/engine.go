@@ -420,26 +420,30 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		d.Remaining = lowerLim.remaining()
 		ts.stats.denied[lower.index()]++
 	}
-	entry := traceEntry{atUs: now, cost: cost, apiKey: apiKey, reason: d.Reason, borrowed: int32(d.Borrowed), level: int8(d.Level.index()), allow: allow}
+	entry := ts.trace.push() // written in place: an entry is a cache line
+	*entry = traceEntry{atUs: now, cost: cost, apiKey: apiKey, reason: d.Reason, borrowed: int32(d.Borrowed), level: int8(d.Level.index()), allow: allow}
 	if ep >= 0 {
 		entry.endpoint = &snap.endpoints[ep]
 	}
-	ts.trace.add(entry)
 }
 
-// remainingAfter is the tokens left at the tightest active level.
+// remainingAfter is the tokens left at the tightest active level: the
+// levels are compared by their float estimates, and only the tightest is
+// counted exactly.
 func remainingAfter(global int64, tenant, endpoint *limiter, key *keyState) int64 {
-	rem := global
-	if tenant.active() {
-		rem = min(rem, tenant.remaining())
+	var tightest *limiter
+	estimate := float64(global)
+	for _, l := range [...]*limiter{tenant, endpoint, key.limiterOrNil()} {
+		if l != nil && l.active() {
+			if f := l.estimate(); f < estimate {
+				tightest, estimate = l, f
+			}
+		}
 	}
-	if endpoint != nil {
-		rem = min(rem, endpoint.remaining())
+	if tightest == nil {
+		return global
 	}
-	if key != nil && key.limit.active() {
-		rem = min(rem, key.limit.remaining())
-	}
-	return rem
+	return min(tightest.remaining(), global)
 }
 
 func retryDuration(us int64) time.Duration {

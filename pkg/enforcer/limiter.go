@@ -154,7 +154,7 @@ func (l *limiter) remaining() int64 {
 	if l.window != nil {
 		return max(l.rate-l.window.sum, 0)
 	}
-	q := int64(float64(l.level) * l.perPeriodUs)
+	q := int64(l.estimate())
 	switch {
 	case q*l.periodUs > l.level:
 		q--
@@ -162,6 +162,14 @@ func (l *limiter) remaining() int64 {
 		q++
 	}
 	return q
+}
+
+// estimate is remaining as a float, off by at most one token.
+func (l *limiter) estimate() float64 {
+	if l.window != nil {
+		return float64(max(l.rate-l.window.sum, 0))
+	}
+	return float64(l.level) * l.perPeriodUs
 }
 
 // full reports whether the limiter is as a fresh one would be, so that its

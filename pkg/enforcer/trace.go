@@ -41,12 +41,12 @@ type traceEntry struct {
 	allow    bool
 }
 
-func (r *traceRing) add(e traceEntry) {
-	r.entries[r.next] = e
+// push makes room for the newest entry and returns it to be written.
+func (r *traceRing) push() *traceEntry {
+	e := &r.entries[r.next]
 	r.next = (r.next + 1) % TraceLength
-	if r.n < TraceLength {
-		r.n++
-	}
+	r.n = min(r.n+1, TraceLength)
+	return e
 }
 
 // newestFirst copies the trace out, most recent decision first.
