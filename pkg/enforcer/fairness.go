@@ -37,6 +37,7 @@ type fairness struct {
 	tenants  []*tenantState
 	weights  []int64 // per tenant, read with the tenant's lock at this tick
 	ranks    []int
+	caps     []float64 // per tenant: the most its own limit lets through, tokens/s
 	// pruneScratch holds one registry shard's tenants while prune looks at them.
 	pruneScratch []*tenantState
 	byTier       [policy.MaxTiers][]scheduler.Item
@@ -72,6 +73,7 @@ func (e *Engine) tick(now int64) {
 	f.tenants = e.tenants.appendAll(f.tenants[:0])
 	f.weights = grow(f.weights, len(f.tenants))
 	f.ranks = grow(f.ranks, len(f.tenants))
+	f.caps = grow(f.caps, len(f.tenants))
 	seconds := float64(elapsed) / 1e6
 	alpha := 1 - math.Exp(-seconds/e.settings.demandWindow.Seconds())
 	var total float64
@@ -81,9 +83,10 @@ func (e *Engine) tick(now int64) {
 		ts.offered = 0
 		// A tenant not yet moved to this policy counts with weight 1 in
 		// the lowest tier until it is.
-		f.weights[i], f.ranks[i] = 1, len(snap.floors)-1
+		f.weights[i], f.ranks[i], f.caps[i] = 1, len(snap.floors)-1, math.Inf(1)
 		if ts.snap == snap && ts.tenant.Weight >= 1 {
 			f.weights[i], f.ranks[i] = ts.tenant.Weight, ts.tierRank
+			f.caps[i] = ts.sustainableRate(snap)
 		}
 		ts.mu.Unlock()
 		if first || elapsed <= 0 {
@@ -145,7 +148,10 @@ func (f *fairness) allocate(snap *snapshot, capacity float64) {
 	}
 	for i, ts := range f.tenants {
 		if demand := math.Float64frombits(ts.demandBits.Load()); demand > 0 {
-			f.byTier[f.ranks[i]] = append(f.byTier[f.ranks[i]], scheduler.Item{Weight: float64(f.weights[i]), Cap: demand})
+			// Demand counts only requests that passed the tenant's own
+			// levels, but one denied at global leaves its tokens, so the
+			// next is counted too: the tenant's own limit caps the claim.
+			f.byTier[f.ranks[i]] = append(f.byTier[f.ranks[i]], scheduler.Item{Weight: float64(f.weights[i]), Cap: min(demand, f.caps[i])})
 		}
 	}
 	// Tiers first: weight, floor, and the tier's whole demand as its cap.

@@ -246,3 +246,26 @@ func TestZipfOverloadAdmitsFairShares(t *testing.T) {
 		t.Errorf("fairness none stayed within 5%% of the fair shares (worst %.2f%%); the check cannot tell fair from unfair", 100*worst)
 	}
 }
+
+// TestTenantBoundByItsOwnLimitLeavesTheRest: a tenant that offers far more
+// than its own limit lets through must not hold global capacity it cannot
+// use. Global 500/s; capped offers 1,000/s but its limit is 100/s; open
+// offers 1,000/s with no limit of its own: open gets the other 400/s.
+func TestTenantBoundByItsOwnLimitLeavesTheRest(t *testing.T) {
+	p := compileYAML(t, planeHeader+`
+  global: {rate: 500, burst: 500}
+  tiers: [{name: std, weight: 1}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: capped}
+spec: {tenant: capped, limit: {rate: 100, burst: 100}}
+`)
+	tenants := []fairTenant{{name: "capped", weight: 1, offered: 1000}, {name: "open", weight: 1, offered: 1000}}
+	e := newEngine(t, p)
+	res := runScenario(t, e, tenants, 9, 3*time.Second, 10*time.Second)
+	t.Logf("capped admitted %.0f/s, open admitted %.0f/s", res.admitted[0], res.admitted[1])
+	if math.Abs(res.admitted[0]-100) > 5 || math.Abs(res.admitted[1]-400) > 20 {
+		t.Errorf("capped %.0f/s, open %.0f/s; want 100/s (its own limit) and 400/s (the rest of the global limit)", res.admitted[0], res.admitted[1])
+	}
+}

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,6 +122,22 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64) {
 		ks.limit.change(lim, now)
 	}
 	ts.snap = snap
+}
+
+// sustainableRate is the most the tenant's own level lets through in the
+// long run, in tokens per second: its limit's rate, plus the pool's refill
+// rate when it may borrow (its debt is repaid at that rate); +Inf without a
+// tenant limit. Endpoint and key limits are per endpoint and key, and not
+// counted.
+func (ts *tenantState) sustainableRate(snap *snapshot) float64 {
+	if !ts.limit.active() {
+		return math.Inf(1)
+	}
+	rate := perSecond(*ts.limit.lim)
+	if ts.mayBorrow && snap.pool != nil {
+		rate += perSecond(*snap.pool)
+	}
+	return rate
 }
 
 // endpointLimiter finds the tenant's limiter for an endpoint of the snapshot
