@@ -22,11 +22,12 @@ type Engine struct {
 	snap     atomic.Pointer[snapshot]
 	swapMu   sync.Mutex // serialises SetPolicy with itself and with pruning
 	tenants  registry
+	keys     keyBudget
 	plane    planeState
 	fair     fairness
 	queue    queue
 	clock    func() int64 // µs since the Unix epoch
-	coarse   *coarseClock // nil when WithClock replaced it
+	coarse   *coarseClock // the default clock; nil with WithClock
 	closed   atomic.Bool
 	settings settings
 }
@@ -43,6 +44,7 @@ type planeState struct {
 type settings struct {
 	maxTenants     int
 	maxKeys        int
+	maxKeysTotal   int
 	idleTTL        time.Duration
 	tickInterval   time.Duration
 	demandWindow   time.Duration
@@ -58,7 +60,7 @@ type Option func(*Engine)
 
 // WithClock replaces the engine's coarse clock (used by Decide) with now.
 func WithClock(now func() time.Time) Option {
-	return func(e *Engine) { e.clock = func() int64 { return now().UnixMicro() }; e.coarse = nil }
+	return func(e *Engine) { e.clock = func() int64 { return now().UnixMicro() } }
 }
 
 // WithMaxTenants bounds the tenants the engine keeps state for, beyond those
@@ -68,6 +70,10 @@ func WithMaxTenants(n int) Option { return func(e *Engine) { e.settings.maxTenan
 // WithMaxKeysPerTenant bounds the api keys with state per tenant (default
 // 10,000). Keys beyond it share one limiter.
 func WithMaxKeysPerTenant(n int) Option { return func(e *Engine) { e.settings.maxKeys = n } }
+
+// WithMaxKeys bounds the api keys with state across all tenants (default
+// 200,000); beyond it new keys share their tenant's overflow limiter.
+func WithMaxKeys(n int) Option { return func(e *Engine) { e.settings.maxKeysTotal = n } }
 
 // WithIdleTTL sets how long an unknown tenant or an api key stays idle before
 // its state may be forgotten (default 1 minute). State is forgotten only when
@@ -116,6 +122,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	e := &Engine{settings: settings{
 		maxTenants:     50_000,
 		maxKeys:        10_000,
+		maxKeysTotal:   200_000,
 		idleTTL:        time.Minute,
 		tickInterval:   100 * time.Millisecond,
 		demandWindow:   time.Second,
@@ -125,20 +132,20 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		queueWait:      50 * time.Millisecond,
 		maxQueue:       10_000,
 	}}
-	e.coarse = &coarseClock{} // placeholder so WithClock can tell it was replaced
 	for _, o := range opts {
 		o(e)
 	}
 	s := e.settings
-	if s.maxTenants < 1 || s.maxKeys < 1 || s.idleTTL <= 0 || s.tickInterval <= 0 || s.demandWindow <= 0 ||
+	if s.maxTenants < 1 || s.maxKeys < 1 || s.maxKeysTotal < 1 || s.idleTTL <= 0 || s.tickInterval <= 0 || s.demandWindow <= 0 ||
 		s.headroom < 0 || s.headroom >= 1 || s.shareBurst <= 0 || s.clockPrecision <= 0 || s.queueWait < 0 || s.maxQueue < 0 {
 		return nil, fmt.Errorf("enforcer: invalid option: %+v", s)
 	}
-	if e.coarse != nil {
+	if e.clock == nil {
 		e.coarse = newCoarseClock(s.clockPrecision)
 		e.clock = e.coarse.now
 	}
 	e.tenants.init()
+	e.keys.perTenant, e.keys.total = s.maxKeys, int64(s.maxKeysTotal)
 	e.queue.init(s.maxQueue)
 	e.installLocked(p, 0)
 	return e, nil
@@ -147,26 +154,36 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 // Policy returns the policy in force.
 func (e *Engine) Policy() *policy.Policy { return e.snap.Load().policy }
 
-// SetPolicy puts p in force at once. Bucket state is kept for every tenant,
-// endpoint and key that still exists: tokens are settled at the old rate and
-// carried over, capped by the new burst. Each tenant moves to the new limits
-// on its next decision.
+// SetPolicy puts p in force now; see SetPolicyAt.
 func (e *Engine) SetPolicy(p *policy.Policy) error {
+	return e.SetPolicyAt(time.UnixMicro(e.clock()), p)
+}
+
+// SetPolicyAt puts p in force at now. Bucket state is kept for every tenant,
+// endpoint and key that still exists: tokens are settled at the old rate up
+// to now and carried over, capped by the new burst, and refill runs at the
+// new rate from now on. Each tenant's state moves to p at its next decision
+// (or status read), as if it had moved at now.
+func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 	if p == nil {
 		return fmt.Errorf("enforcer: nil policy")
 	}
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
-	e.installLocked(p, e.clock())
+	e.installLocked(p, now.UnixMicro())
 	return nil
 }
 
+// installLocked makes p the snapshot in force; swapMu is held (or the engine
+// is new).
 func (e *Engine) installLocked(p *policy.Policy, now int64) {
 	s := newSnapshot(p)
+	if old := e.snap.Load(); old != nil {
+		s.seq, s.installedAt = old.seq+1, now
+	}
 	for _, t := range p.Spec().Tenants {
 		s.known[t.Name] = e.tenants.getOrCreate(t.Name, "", 0)
 	}
-	_ = now
 	e.snap.Store(s)
 }
 
@@ -201,7 +218,7 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, ErrClosed
 	}
 	var d Decision
-	err := e.decideOpts(e.clock(), &r, false, &d)
+	err := e.decideOpts(e.clock(), &r, arrival, &d)
 	if err != nil || d.Allow || d.Level != LevelGlobal || e.settings.queueWait == 0 {
 		return d, err
 	}
@@ -217,61 +234,81 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 // times give the same decisions, so simulations in virtual time are exact.
 func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
 	var d Decision
-	err := e.decideOpts(now.UnixMicro(), &r, false, &d)
+	err := e.decideOpts(now.UnixMicro(), &r, arrival, &d)
 	return d, err
 }
 
+// decideMode says how a decision comes about.
+type decideMode uint8
+
+const (
+	// arrival is a request as it comes in.
+	arrival decideMode = iota
+	// fromQueue is the dispatcher trying a waiter again (queue.go): it skips
+	// the fair-share pacing, which the queue's discipline replaces, is not
+	// counted as demand again, and records nothing when denied at global
+	// again, since the waiter goes on waiting.
+	fromQueue
+)
+
 // decideOpts decides r into d (filled in place: a Decision is too big to
-// copy through every call); queued requests skip the fair-share pacing,
-// which the queue's discipline replaces.
-func (e *Engine) decideOpts(now int64, r *Request, queued bool, d *Decision) error {
-	snap := e.snap.Load()
+// copy through every call).
+func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision) error {
 	if r.Tenant == "" {
 		return fmt.Errorf("%w: the tenant is empty", ErrInvalidRequest)
 	}
 	if r.Units < 0 || r.Units > MaxUnits {
 		return fmt.Errorf("%w: units %d out of range [0, %d]", ErrInvalidRequest, r.Units, MaxUnits)
 	}
-	ep, cost, ok := snap.endpoint(r.Endpoint)
-	if !ok {
-		return fmt.Errorf("%w: %q is not an endpoint of plane %s", ErrUnknownEndpoint, r.Endpoint, snap.policy.Plane())
-	}
-	cost *= max(r.Units, 1)
 	if now >= e.fair.nextTick.Load() {
 		e.tick(now)
 	}
-	ts := snap.known[r.Tenant]
-	if ts == nil && snap.denyUnknown {
-		return fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, snap.policy.Plane())
-	}
 	for {
+		snap := e.snap.Load()
+		ep, cost, ok := snap.endpoint(r.Endpoint)
+		if !ok {
+			return fmt.Errorf("%w: %q is not an endpoint of plane %s", ErrUnknownEndpoint, r.Endpoint, snap.policy.Plane())
+		}
+		cost *= max(r.Units, 1)
+		ts := snap.known[r.Tenant]
+		if ts == nil && snap.denyUnknown {
+			return fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, snap.policy.Plane())
+		}
 		if ts == nil {
 			ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(snap.known))
 		}
 		ts.mu.Lock()
-		if !ts.removed {
-			break
+		// Pruned between lookup and lock (its replacement is in the
+		// registry), or a policy swapped in since snap was loaded: a
+		// tenant's state must never move back to an older policy.
+		if ts.removed || e.snap.Load() != snap {
+			ts.mu.Unlock()
+			continue
 		}
-		ts.mu.Unlock() // pruned between lookup and lock: its replacement is in the registry
-		ts = nil
+		e.decideAndUnlock(snap, ts, r, ep, cost, now, mode, d)
+		return nil
 	}
+}
+
+// decideAndUnlock brings the tenant's state to snap, decides and releases
+// ts.mu, also if something panics: one bad decision must not wedge a tenant.
+func (e *Engine) decideAndUnlock(snap *snapshot, ts *tenantState, r *Request, ep int, cost, now int64, mode decideMode, d *Decision) {
+	defer ts.mu.Unlock()
 	if ts.snap != snap {
-		ts.syncLocked(snap, now)
+		ts.syncLocked(snap, now, &e.keys)
 	} else if !ts.known && r.Tier != ts.requestedTier {
 		// An unknown tenant's tier follows its requests (Request.Tier).
 		ts.requestedTier = strings.Clone(r.Tier)
-		ts.syncLocked(snap, now)
+		ts.syncLocked(snap, now, &e.keys)
 	}
-	e.decideLocked(snap, ts, ep, cost, r.APIKey, now, queued, d)
-	ts.mu.Unlock()
-	return nil
+	e.decideLocked(snap, ts, ep, cost, r.APIKey, now, mode, d)
 }
 
 // decideLocked decides with ts.mu held: it evaluates the levels below global
 // on the tenant's own state, then the global level under plane.mu, and
 // debits every level only when all of them pass, so a denied request consumes
 // nothing anywhere.
-func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, queued bool, d *Decision) {
+func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, mode decideMode, d *Decision) {
 	ts.lastSeen = now
 
 	// Levels below global, in order; the first that cannot cover the cost is
@@ -309,7 +346,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 	}
 	if lower == LevelNone && apiKey != "" {
-		if key = ts.keyLocked(apiKey, snap, e.settings.maxKeys, now); key != nil {
+		if key = ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && key.limit.active() {
 			key.lastSeen = now
 			l := &key.limit
 			l.settle(now)
@@ -318,7 +355,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			}
 		}
 	}
-	if lower == LevelNone {
+	if lower == LevelNone && mode == arrival {
 		ts.offered += cost
 	}
 
@@ -326,16 +363,20 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	shareOK := true
 	var shareRate float64
 	contended := snap.fairness != fairNone && e.fair.contended.Load()
-	if contended && !queued {
-		shareRate = e.fair.shareRate(ts)
-		ts.share.settle(now, shareRate, e.shareBurst(shareRate, snap))
-		shareOK = ts.share.level >= float64(cost)
+	paced := false // the share bucket is in force for this request
+	if contended && mode == arrival {
+		// A tier whose whole demand fits has an infinite level: no pacing.
+		if shareRate = e.fair.shareRate(ts); !math.IsInf(shareRate, 1) {
+			paced = true
+			ts.share.settle(now, shareRate, e.shareBurstTokens(shareRate, snap))
+			shareOK = ts.share.level >= float64(cost)
+		}
 	}
 
 	// The global level and the burst pool.
 	pl := &e.plane
 	pl.mu.Lock()
-	if pl.snap != snap {
+	if pl.snap == nil || pl.snap.seq < snap.seq { // forward only: see decideOpts
 		pl.syncLocked(snap, now)
 	}
 	g := &pl.global
@@ -344,14 +385,16 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	switch {
 	case snap.fairness == fairNone:
 		reserve = snap.reserves[ts.tierRank]
-	case contended && (queued || math.Float64frombits(ts.demandBits.Load()) > shareRate):
+	case contended && (mode == fromQueue || math.Float64frombits(ts.demandBits.Load()) > shareRate):
 		// A tenant that wants more than its share leaves the bottom of the
 		// global bucket to those within theirs: the noise of a plane run at
 		// exactly its limit then falls on the tenants that caused it.
 		reserve = snap.contendedReserve
 	}
 	globalOK := g.canCoverAbove(cost, reserve)
-	if globalOK && shareOK && lower == LevelNone && borrow > 0 {
+	if globalOK && shareOK && borrow > 0 {
+		// The tenant level comes before endpoint and key: a dry pool fails
+		// it whatever they say.
 		pl.pool.settle(now)
 		if !pl.pool.canCover(borrow, now) {
 			lower, lowerLim, lowerReason = LevelTenant, &ts.limit, snap.reason(reasonTenantPoolDry, ts.tenant.Limit)
@@ -389,12 +432,16 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if key != nil {
 			key.limit.takeIfActive(cost, now)
 		}
-		if contended && !queued {
+		if paced {
 			ts.share.level -= float64(cost)
 		}
 		d.Remaining = remainingAfter(globalRemaining, &ts.limit, epLim, key)
 		ts.stats.admitted++
 		ts.stats.admittedCost += cost
+	case mode == fromQueue && (!globalOK || !shareOK):
+		// The waiter goes on waiting: nothing to record.
+		d.Level, d.RetryAfter = LevelGlobal, retryDuration(globalRetry)
+		return
 	case !globalOK || !shareOK:
 		d.Level = LevelGlobal
 		switch {
@@ -459,6 +506,6 @@ func (pl *planeState) syncLocked(snap *snapshot, now int64) {
 	pl.snap = snap
 }
 
-func (e *Engine) shareBurst(rate float64, snap *snapshot) float64 {
+func (e *Engine) shareBurstTokens(rate float64, snap *snapshot) float64 {
 	return max(rate*e.settings.shareBurst.Seconds(), float64(snap.maxCost))
 }

@@ -69,6 +69,13 @@ func (e *Engine) tick(now int64) {
 	f.lastTick = now
 	f.ticks++
 	denials := f.globalDenials.Swap(0)
+	defer e.prune(now)
+	if snap.fairness == fairNone {
+		// First come, first served: no demand to measure, nothing to share.
+		f.contended.Store(false)
+		f.lastTick = 0 // measure afresh if a policy turns fairness on
+		return
+	}
 
 	f.tenants = e.tenants.appendAll(f.tenants[:0])
 	f.weights = grow(f.weights, len(f.tenants))
@@ -112,12 +119,11 @@ func (e *Engine) tick(now int64) {
 
 	bias, fill := e.refillBias(now)
 	capacity := snap.globalPerSec * (1 - e.settings.headroom - bias)
-	if snap.fairness == fairNone || (total < 0.9*capacity && denials == 0 && fill > 0.5) {
+	if total < 0.9*capacity && denials == 0 && fill > 0.5 {
 		f.contended.Store(false)
 	} else {
 		f.allocate(snap, capacity)
 	}
-	e.prune(snap, now)
 }
 
 // refillBias is the fraction of the global rate to leave unallocated so
@@ -186,11 +192,12 @@ func (f *fairness) allocate(snap *snapshot, capacity float64) {
 
 // prune forgets idle state, one registry shard per tick: unknown tenants
 // whose state is as a fresh one's, and idle full api keys of every tenant.
-func (e *Engine) prune(snap *snapshot, now int64) {
+func (e *Engine) prune(now int64) {
 	if !e.swapMu.TryLock() {
 		return // a policy swap is running; prune next time
 	}
 	defer e.swapMu.Unlock()
+	snap := e.snap.Load() // under swapMu: no swap can name a tenant we forget
 	cutoff := now - e.settings.idleTTL.Microseconds()
 	sh := &e.tenants.shards[e.fair.ticks%registryShards]
 	sh.mu.RLock()
@@ -202,7 +209,7 @@ func (e *Engine) prune(snap *snapshot, now int64) {
 	e.fair.pruneScratch = candidates
 	for _, ts := range candidates {
 		ts.mu.Lock()
-		ts.pruneKeysLocked(cutoff, now)
+		ts.pruneKeysLocked(cutoff, now, &e.keys)
 		if snap.known[ts.name] == nil && ts.idleLocked(cutoff, now) {
 			ts.removed = true
 			e.tenants.remove(ts)

@@ -41,19 +41,19 @@ func scenarioPolicy(t testing.TB, fairness string, globalRate int64, tiers []fai
 	return sb.String()
 }
 
-// arrival is the next request of one tenant in the merged Poisson streams.
-type arrival struct {
+// poissonArrival is the next request of one tenant in the merged Poisson streams.
+type poissonArrival struct {
 	at     float64 // seconds
 	tenant int
 }
 
-type arrivals []arrival
+type poissonArrivals []poissonArrival
 
-func (a arrivals) Len() int           { return len(a) }
-func (a arrivals) Less(i, j int) bool { return a[i].at < a[j].at }
-func (a arrivals) Swap(i, j int)      { a[i], a[j] = a[j], a[i] }
-func (a *arrivals) Push(x any)        { *a = append(*a, x.(arrival)) }
-func (a *arrivals) Pop() any          { old := *a; x := old[len(old)-1]; *a = old[:len(old)-1]; return x }
+func (a poissonArrivals) Len() int           { return len(a) }
+func (a poissonArrivals) Less(i, j int) bool { return a[i].at < a[j].at }
+func (a poissonArrivals) Swap(i, j int)      { a[i], a[j] = a[j], a[i] }
+func (a *poissonArrivals) Push(x any)        { *a = append(*a, x.(poissonArrival)) }
+func (a *poissonArrivals) Pop() any          { old := *a; x := old[len(old)-1]; *a = old[:len(old)-1]; return x }
 
 // scenarioResult is what each tenant offered and got in the measured window.
 type scenarioResult struct {
@@ -65,9 +65,9 @@ type scenarioResult struct {
 // the measured window.
 func runScenario(t testing.TB, e *Engine, tenants []fairTenant, seed uint64, warmup, measure time.Duration) scenarioResult {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	q := make(arrivals, 0, len(tenants))
+	q := make(poissonArrivals, 0, len(tenants))
 	for i, tn := range tenants {
-		q = append(q, arrival{at: rng.ExpFloat64() / tn.offered, tenant: i})
+		q = append(q, poissonArrival{at: rng.ExpFloat64() / tn.offered, tenant: i})
 	}
 	heap.Init(&q)
 	res := scenarioResult{offered: make([]float64, len(tenants)), admitted: make([]float64, len(tenants))}

@@ -76,11 +76,18 @@ func (l *limiter) change(lim *policy.Limit, now int64) {
 		return
 	}
 	l.refill(now)
-	oldPeriod, level := l.periodUs, l.level
+	oldPeriod, level, last := l.periodUs, l.level, l.last
 	l.reset(lim, now)
+	l.last = max(last, now) // a change never moves the clock back
+	// The tokens, level/oldPeriod, carry over capped by the new burst. Only
+	// below the cap is level×newPeriod/oldPeriod computed: it is then below
+	// the new capacity (≤ 2^53), so the 128-bit quotient cannot overflow.
+	if hi, lo := bits.Mul64(uint64(lim.Burst), uint64(oldPeriod)); hi == 0 && uint64(level) >= lo {
+		return // level is at capacity after reset
+	}
 	hi, lo := bits.Mul64(uint64(level), uint64(l.periodUs))
-	carried, _ := bits.Div64(hi, lo, uint64(oldPeriod)) // level ≤ 2^53 and periods ≤ 2^45: no overflow
-	l.level = min(int64(carried), l.capacity())
+	carried, _ := bits.Div64(hi, lo, uint64(oldPeriod))
+	l.level = int64(carried)
 }
 
 // refill adds the tokens earned since the last refill. A clock that goes
@@ -170,6 +177,26 @@ func (l *limiter) estimate() float64 {
 		return float64(max(l.rate-l.window.sum, 0))
 	}
 	return float64(l.level) * l.perPeriodUs
+}
+
+// remainingAt is remaining at now without changing the limiter: what a
+// status read reports, so that reading never moves state.
+func (l *limiter) remainingAt(now int64) int64 {
+	if l.window != nil {
+		now = max(now, l.window.latest)
+		sum := l.window.sum
+		for i := 0; i < l.window.n; i++ {
+			e := l.window.entries[(l.window.head+i)%len(l.window.entries)]
+			if e.at > now-l.periodUs {
+				break
+			}
+			sum -= e.cost
+		}
+		return max(l.rate-sum, 0)
+	}
+	c := *l
+	c.refill(now)
+	return c.remaining()
 }
 
 // full reports whether the limiter is as a fresh one would be, so that its

@@ -388,14 +388,16 @@ func (m *orcModel) decide(now int64, r Request) (d Decision, errs []error) {
 	if !m.global.covers(cost, reserve, now) {
 		return deny(0, reserve), nil
 	}
-	if lowerFail > 0 {
-		return deny(lowerFail, 0), nil
-	}
+	// Borrowing is part of the tenant level, which comes before endpoint
+	// and key: a pool that cannot cover the loan fails the tenant level.
 	if borrow > 0 {
 		m.pool.settle(now)
 		if !m.pool.covers(borrow, 0, now) {
 			return deny(1, 0), nil
 		}
+	}
+	if lowerFail > 0 {
+		return deny(lowerFail, 0), nil
 	}
 	// Admit: debit every level.
 	d.Allow, d.Borrowed = true, borrow

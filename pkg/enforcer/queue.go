@@ -38,10 +38,18 @@ type discipline interface {
 // dispatcher) or to abandoned (by the caller), exactly once each way, so a
 // request is never both admitted and reported denied.
 type waiter struct {
-	req    Request
-	denial Decision // what the caller gets if it is never admitted
-	state  atomic.Int32
-	answer chan Decision // buffered: the dispatcher never blocks on it
+	req      Request
+	denial   Decision // what the caller gets if it is never admitted
+	deadline time.Time
+	ctx      context.Context
+	state    atomic.Int32
+	answer   chan Decision // buffered: the dispatcher never blocks on it
+}
+
+// expired reports whether the waiter's caller no longer waits for an
+// admission: its queue wait is over or its context ended.
+func (w *waiter) expired() bool {
+	return w.ctx.Err() != nil || !time.Now().Before(w.deadline)
 }
 
 const (
@@ -62,6 +70,7 @@ type queue struct {
 	stop     chan struct{}
 	done     chan struct{}
 	maxQueue int
+	live     atomic.Int64 // waiters not yet answered or abandoned
 }
 
 func (q *queue) init(maxQueue int) {
@@ -85,18 +94,18 @@ func (q *queue) discipline(mode fairnessMode) discipline {
 // queue wait or ctx, whichever comes first.
 func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision) (Decision, error) {
 	q := &e.queue
-	w := &waiter{req: r, denial: d, answer: make(chan Decision, 1)}
+	w := &waiter{req: r, denial: d, deadline: time.Now().Add(e.settings.queueWait), ctx: ctx, answer: make(chan Decision, 1)}
 	weight := float64(snap.tierWeights[min(e.tierRankOf(snap, r), len(snap.tierWeights)-1)])
 	if t, ok := snap.policy.Tenant(r.Tenant); ok {
 		weight *= float64(t.Weight)
 	}
 	q.mu.Lock()
-	disc := q.discipline(snap.fairness)
-	if disc.Len() >= q.maxQueue {
+	if q.live.Load() >= int64(q.maxQueue) {
 		q.mu.Unlock()
 		return d, nil // the queue is full: no wait, the 429 now
 	}
-	disc.Enqueue(maphash.String(q.seed, r.Tenant), weight, float64(d.Cost), w)
+	q.live.Add(1)
+	q.discipline(snap.fairness).Enqueue(maphash.String(q.seed, r.Tenant), weight, float64(d.Cost), w)
 	if !q.started {
 		q.started = true
 		go e.dispatch()
@@ -113,12 +122,15 @@ func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision
 	case <-ctx.Done():
 	}
 	if w.state.CompareAndSwap(waiting, abandoned) {
+		q.live.Add(-1)
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
 		return d, nil
 	}
-	return <-w.answer, nil // the dispatcher has it: its answer is on the way
+	// The dispatcher has it; it answers at once, with the denial if it
+	// cannot admit it, since the waiter has expired.
+	return <-w.answer, nil
 }
 
 func (e *Engine) tierRankOf(snap *snapshot, r Request) int {
@@ -183,8 +195,8 @@ func (e *Engine) dispatchReady() time.Duration {
 			continue // its caller gave up
 		}
 		var d Decision
-		err := e.decideOpts(e.clock(), &w.req, true, &d)
-		if err == nil && !d.Allow && d.Level == LevelGlobal {
+		err := e.decideOpts(e.clock(), &w.req, fromQueue, &d)
+		if err == nil && !d.Allow && d.Level == LevelGlobal && !w.expired() {
 			w.state.Store(waiting)
 			q.mu.Lock()
 			q.pending = w
@@ -193,9 +205,10 @@ func (e *Engine) dispatchReady() time.Duration {
 			// virtual, and other decisions move the bucket too.
 			return min(max(d.RetryAfter, e.settings.clockPrecision), maxDispatchSleep)
 		}
-		if err != nil {
-			d = w.denial
+		if err != nil || (!d.Allow && d.Level == LevelGlobal) {
+			d = w.denial // expired, or the policy changed under it
 		}
+		q.live.Add(-1)
 		w.answer <- d
 	}
 }
@@ -207,6 +220,7 @@ func (e *Engine) drainQueue() {
 	defer q.mu.Unlock()
 	answer := func(w *waiter) {
 		if w != nil && w.state.CompareAndSwap(waiting, taken) {
+			q.live.Add(-1)
 			w.answer <- w.denial
 		}
 	}

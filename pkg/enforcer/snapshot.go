@@ -31,6 +31,13 @@ func parseFairness(s string) fairnessMode {
 // snapshot is everything a decision reads from one policy, derived once when
 // the policy is installed and never modified after.
 type snapshot struct {
+	// seq orders the snapshots an engine installs: state only ever moves
+	// to a later one.
+	seq uint64
+	// installedAt is when SetPolicyAt put it in force (µs; 0 for the first):
+	// the old limits hold until then, the new ones from then on.
+	installedAt int64
+
 	policy    *policy.Policy
 	endpoints []policy.Endpoint
 	// known maps the tenants the policy names to their (shared, long-lived) state.

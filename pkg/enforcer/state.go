@@ -80,7 +80,12 @@ const overflowName = "\x00overflow"
 
 // syncLocked derives the tenant's limits from snap, carrying bucket state
 // across changes.
-func (ts *tenantState) syncLocked(snap *snapshot, now int64) {
+func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
+	// The old limits hold until the policy was installed (SetPolicyAt), or
+	// until now for a decision dated before that.
+	if snap.installedAt > 0 {
+		now = min(now, snap.installedAt)
+	}
 	p := snap.policy
 	t, known := p.Tenant(ts.name)
 	if !known {
@@ -119,9 +124,29 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64) {
 		if key == overflowName {
 			lim = p.KeyLimit(&t, "")
 		}
+		if lim == nil { // the key has no limit any more
+			ts.deleteKeyLocked(key, ks, keys)
+			continue
+		}
 		ks.limit.change(lim, now)
 	}
 	ts.snap = snap
+}
+
+// deleteKeyLocked forgets an api key's state.
+func (ts *tenantState) deleteKeyLocked(key string, ks *keyState, keys *keyBudget) {
+	delete(ts.keys, key)
+	keys.count.Add(-1)
+	if ks == ts.lastKeyState {
+		ts.lastKey, ts.lastKeyState = "", nil
+	}
+}
+
+// keyBudget bounds the api keys with state: per tenant and in all.
+type keyBudget struct {
+	perTenant int
+	total     int64
+	count     atomic.Int64 // key states in all tenants
 }
 
 // sustainableRate is the most the tenant's own level lets through in the
@@ -155,20 +180,21 @@ func (ts *tenantState) endpointLimiter(name string) *limiter {
 }
 
 // keyLocked returns the limiter for an api key, creating it when the key has
-// a limit; nil when it has none. Beyond maxKeys keys, new keys share one
-// overflow limiter, so a flood of distinct keys cannot grow memory.
-func (ts *tenantState) keyLocked(key string, snap *snapshot, maxKeys int, now int64) *keyState {
+// a limit; nil when it has none. Keys the policy names always get their own
+// state; beyond the budget other new keys share one overflow limiter with
+// the tier's key limit, so a flood of distinct keys cannot grow memory.
+func (ts *tenantState) keyLocked(key string, snap *snapshot, keys *keyBudget, now int64) *keyState {
 	if ts.lastKeyState != nil && key == ts.lastKey {
 		return ts.lastKeyState
 	}
-	ks := ts.keyLookupLocked(key, snap, maxKeys, now)
+	ks := ts.keyLookupLocked(key, snap, keys, now)
 	if ks != nil {
 		ts.lastKey, ts.lastKeyState = key, ks
 	}
 	return ks
 }
 
-func (ts *tenantState) keyLookupLocked(key string, snap *snapshot, maxKeys int, now int64) *keyState {
+func (ts *tenantState) keyLookupLocked(key string, snap *snapshot, keys *keyBudget, now int64) *keyState {
 	if ks, ok := ts.keys[key]; ok {
 		return ks
 	}
@@ -176,20 +202,25 @@ func (ts *tenantState) keyLookupLocked(key string, snap *snapshot, maxKeys int, 
 	if lim == nil {
 		return nil
 	}
-	if ts.keys == nil {
-		ts.keys = make(map[string]*keyState)
-	}
-	if len(ts.keys) >= maxKeys {
+	named := snap.policy.NamesKey(&ts.tenant, key)
+	if !named && (len(ts.keys) >= keys.perTenant || keys.count.Load() >= keys.total) {
 		if ks, ok := ts.keys[overflowName]; ok {
 			return ks
+		}
+		if lim = snap.policy.KeyLimit(&ts.tenant, ""); lim == nil {
+			return nil
 		}
 		key = overflowName
 	} else {
 		key = strings.Clone(key) // do not pin the caller's buffer
 	}
+	if ts.keys == nil {
+		ts.keys = make(map[string]*keyState)
+	}
 	ks := &keyState{}
 	ks.limit.reset(lim, now)
 	ts.keys[key] = ks
+	keys.count.Add(1)
 	return ks
 }
 
@@ -215,17 +246,14 @@ func (ts *tenantState) idleLocked(cutoff, now int64) bool {
 }
 
 // pruneKeysLocked forgets keys idle since before cutoff whose limiters are full.
-func (ts *tenantState) pruneKeysLocked(cutoff, now int64) {
+func (ts *tenantState) pruneKeysLocked(cutoff, now int64, keys *keyBudget) {
 	for key, ks := range ts.keys {
 		if ks.lastSeen > cutoff {
 			continue
 		}
 		ks.limit.settle(now)
 		if ks.limit.full() {
-			delete(ts.keys, key)
-			if ks == ts.lastKeyState {
-				ts.lastKey, ts.lastKeyState = "", nil
-			}
+			ts.deleteKeyLocked(key, ks, keys)
 		}
 	}
 }

@@ -63,8 +63,11 @@ type PlaneStatus struct {
 	FairnessEnabled bool
 }
 
-// TenantStatusAt returns the tenant's status at now (buckets are refilled to
-// now, nothing is consumed); ok is false when the engine has no state for it.
+// TenantStatusAt returns the tenant's status at now; ok is false when the
+// engine has no state for it. Reading changes nothing: remaining tokens are
+// computed on copies, so a status read never moves a bucket or a window. A
+// tenant not decided since the last policy swap shows the limits of the
+// policy it was last decided under (PolicyVersion says which).
 func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok bool) {
 	snap := e.snap.Load()
 	ts := snap.known[name]
@@ -78,38 +81,36 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.snap != snap {
-		ts.syncLocked(snap, nowUs)
+	if ts.snap == nil { // created, never decided
+		return TenantStatus{Tenant: ts.name, Known: snap.known[name] != nil, PolicyVersion: snap.policy.Version(), Denied: map[Level]int64{}}, true
 	}
 	s = TenantStatus{
-		Tenant: ts.name, Known: ts.tenant.Known, Tier: ts.tenant.Tier, Weight: ts.tenant.Weight, MayBorrow: ts.mayBorrow,
-		Demand:       math.Float64frombits(ts.demandBits.Load()),
-		Admitted:     ts.stats.admitted,
-		AdmittedCost: ts.stats.admittedCost,
-		Borrowed:     ts.stats.borrowed,
-		Denied:       make(map[Level]int64, len(Levels)),
-		Trace:        ts.trace.newestFirst(),
+		Tenant: ts.name, Known: ts.known, Tier: ts.tenant.Tier, Weight: ts.tenant.Weight, MayBorrow: ts.mayBorrow,
+		Demand:        math.Float64frombits(ts.demandBits.Load()),
+		Admitted:      ts.stats.admitted,
+		AdmittedCost:  ts.stats.admittedCost,
+		Borrowed:      ts.stats.borrowed,
+		Denied:        make(map[Level]int64, len(Levels)),
+		Trace:         ts.trace.newestFirst(),
+		PolicyVersion: ts.snap.policy.Version(),
 	}
-	s.PolicyVersion = snap.policy.Version()
-	if contended {
+	if contended && ts.snap == snap {
 		s.FairShare = e.fair.shareRate(ts)
 	}
 	for i, l := range Levels {
 		s.Denied[l] = ts.stats.denied[i]
 	}
 	if ts.allowance.active() {
-		ts.allowance.settle(nowUs)
-		s.Debt = ts.allowance.lim.Burst - ts.allowance.remaining()
+		s.Debt = ts.allowance.burst - ts.allowance.remainingAt(nowUs)
 	}
 	add := func(level Level, name string, l *limiter) {
 		if l.active() {
-			l.settle(nowUs)
-			s.Limits = append(s.Limits, LimitStatus{Level: level, Name: name, Limit: *l.lim, Remaining: l.remaining()})
+			s.Limits = append(s.Limits, LimitStatus{Level: level, Name: name, Limit: *l.lim, Remaining: l.remainingAt(nowUs)})
 		}
 	}
 	add(LevelTenant, "", &ts.limit)
 	for i := range ts.endpoints {
-		add(LevelEndpoint, snap.endpoints[i].Name, &ts.endpoints[i])
+		add(LevelEndpoint, ts.snap.endpoints[i].Name, &ts.endpoints[i])
 	}
 	keys := make([]string, 0, len(ts.keys))
 	for k := range ts.keys {
@@ -122,25 +123,28 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 	return s, true
 }
 
-// PlaneStatusAt returns the plane's shared state at now.
+// PlaneStatusAt returns the plane's shared state at now, without changing it.
 func (e *Engine) PlaneStatusAt(now time.Time) PlaneStatus {
 	snap := e.snap.Load()
 	nowUs := now.UnixMicro()
-	pl := &e.plane
-	pl.mu.Lock()
-	if pl.snap != snap {
-		pl.syncLocked(snap, nowUs)
-	}
-	pl.global.settle(nowUs)
 	s := PlaneStatus{
-		Global:          LimitStatus{Level: LevelGlobal, Limit: *snap.global, Remaining: pl.global.remaining()},
+		Global:          LimitStatus{Level: LevelGlobal, Limit: *snap.global},
 		PolicyVersion:   snap.policy.Version(),
 		PolicyHash:      snap.policy.Hash(),
 		FairnessEnabled: snap.fairness != fairNone,
 	}
-	if pl.pool.active() {
-		pl.pool.settle(nowUs)
-		s.PoolRemaining = pl.pool.remaining()
+	pl := &e.plane
+	pl.mu.Lock()
+	if pl.snap == nil { // no decision yet: full
+		s.Global.Remaining = snap.global.Burst
+		if snap.pool != nil {
+			s.PoolRemaining = snap.pool.Burst
+		}
+	} else {
+		s.Global.Remaining = pl.global.remainingAt(nowUs)
+		if pl.pool.active() {
+			s.PoolRemaining = pl.pool.remainingAt(nowUs)
+		}
 	}
 	pl.mu.Unlock()
 	s.Contended = s.FairnessEnabled && e.fair.contended.Load()

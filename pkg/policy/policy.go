@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 )
 
 // Policy is a compiled plane: immutable, safe for concurrent use, identified by
@@ -113,21 +114,19 @@ func (p *Policy) EndpointLimit(t *Tenant, ep int) *Limit {
 // KeyLimit resolves the limit on api key key of tenant t: the tenant's override
 // for that key, else its tier's key limit; nil means no key limit.
 func (p *Policy) KeyLimit(t *Tenant, key string) *Limit {
-	if i, ok := slices.BinarySearchFunc(t.Keys, key, func(k KeyLimit, key string) int {
-		switch {
-		case k.Key < key:
-			return -1
-		case k.Key > key:
-			return 1
-		}
-		return 0
-	}); ok {
+	if i, ok := slices.BinarySearchFunc(t.Keys, key, func(k KeyLimit, key string) int { return strings.Compare(k.Key, key) }); ok {
 		return &t.Keys[i].Limit
 	}
 	if tr, ok := p.Tier(t.Tier); ok {
 		return tr.Key
 	}
 	return nil
+}
+
+// NamesKey reports whether tenant t's own overrides name api key key.
+func (p *Policy) NamesKey(t *Tenant, key string) bool {
+	_, ok := slices.BinarySearchFunc(t.Keys, key, func(k KeyLimit, key string) int { return strings.Compare(k.Key, key) })
+	return ok
 }
 
 // MayBorrow says whether tenant t may borrow from the burst pool: there is a
