@@ -22,7 +22,9 @@ const (
 type Fairness string
 
 const (
-	// FairnessNone is first come, first served (tier floors are kept as reserves).
+	// FairnessNone is first come, first served. Tier floors then act only as
+	// priority reserves: a tier's floor share of the global burst is kept
+	// from lower tiers, which is not a rate guarantee.
 	FairnessNone Fairness = "none"
 	// FairnessMaxMin is weighted max-min water-filling over measured demand.
 	FairnessMaxMin Fairness = "maxmin"
@@ -65,14 +67,18 @@ type Tier struct {
 	Name string `json:"name"`
 
 	// weight is the tier's share of contended global capacity relative to other
-	// tiers, and its priority: tiers with a higher weight are shed later. Default 1.
+	// tiers: among tiers that want more than their share, one with a lower
+	// weight is cut more. It also orders the tiers (for reserves with
+	// fairness none). Default 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000
 	Weight int64 `json:"weight,omitempty"`
 
-	// floorPercent is the percentage of the global limit kept available to this
-	// tier under global pressure. Floors of all tiers add up to at most 100.
+	// floorPercent is the percentage of the global rate the tier keeps under
+	// global pressure, as far as its tenants want it (fairness maxmin, wfq or
+	// drr); with fairness none, the percentage of the global burst that lower
+	// tiers cannot take. Floors of all tiers add up to at most 100.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100

@@ -40,14 +40,18 @@
 // or drr, a tick that runs every fairness interval of engine time measures
 // each tenant's demand and shares the global rate hierarchically: among tiers
 // by weighted max-min with their floors, then within each tier among tenants
-// by weighted max-min on demand (pkg/scheduler). Each tenant is then paced at
-// its share, so a noisy tenant gets its fair share and no more, and lower
-// tiers are shed first while every tier keeps its floor. In the queueing
-// modes (wfq, drr), Decide may hold a request denied at the contended global
-// level for a bounded time and serve waiters in the discipline's order. With
-// fairness none, decisions are first come first served and tier floors are
-// kept as reserves of the global bucket. When the plane is not contended, no
-// fairness code runs.
+// by weighted max-min on demand (pkg/scheduler); a tenant's claim is capped by
+// what its own limit lets through. Each tenant is then paced at its share, so
+// a noisy tenant gets its fair share and no more; every tier keeps its floor
+// as far as its tenants want it, and among tiers that want more than their
+// share the lower-weight tier is cut more. In the queueing modes (wfq, drr),
+// Decide may hold a request denied at the contended global level for a
+// bounded time and serve waiters in the discipline's order. With fairness
+// none, decisions are first come first served and tier floors are only
+// reserves of the global burst that lower tiers cannot take (no tick runs).
+// When the plane is not contended, no fairness code runs on the decision
+// path; the tick that measures demand runs once per interval, inside the
+// decision that crosses it.
 //
 // # Time
 //

@@ -11,9 +11,9 @@ import (
 
 // fairness measures each tenant's demand on the plane and, when that demand
 // exceeds the global rate, shares the global rate hierarchically: first among
-// tiers by weighted max-min with the tiers' floors (a tier's weight is its
-// priority, so lower tiers are shed first and every tier keeps its floor),
-// then within each tier among its tenants by weighted max-min on their
+// tiers by weighted max-min with the tiers' floors (every tier keeps its
+// floor as far as it wants it; among tiers that want more than their share,
+// the lower-weight one is cut more), then within each tier among its tenants by weighted max-min on their
 // demand (scheduler.MaxMin at both levels). It runs as a tick inside the
 // first decision whose time passes nextTick, so it follows the engine's time,
 // real or virtual, and costs the fast path one atomic load when not due.

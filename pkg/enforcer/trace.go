@@ -22,8 +22,8 @@ type TraceEntry struct {
 }
 
 // traceRing keeps the last TraceLength decisions. An entry is one cache
-// line: times in µs, the level as an index, and strings and endpoints shared
-// with the policy, never built.
+// line: times in µs, the level as an index, and strings shared with the
+// policy or the request, never built.
 type traceRing struct {
 	entries [TraceLength]traceEntry
 	next    int

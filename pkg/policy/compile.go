@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -184,18 +183,19 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 	}
 
 	slices.SortFunc(pools, func(a, b *v1alpha1.BurstPool) int { return byName(a, b) })
+	var poolOwner string
 	for _, bp := range pools {
 		if !inPlane("BurstPool", bp) {
 			continue
 		}
 		ps := newProblems(&list, "BurstPool", bp)
 		if spec.BurstPool != nil {
-			ps.add("", "the plane already has BurstPool %s; a plane has at most one burst pool: delete this one or merge them", owner["\x00pool"])
+			ps.add("", "the plane already has BurstPool %s; a plane has at most one burst pool: delete this one or merge them", poolOwner)
 			continue
 		}
 		if pool, ok := compilePool(bp, tiers, ps); ok {
 			spec.BurstPool = &pool
-			owner["\x00pool"] = bp.Name
+			poolOwner = bp.Name
 		}
 	}
 
@@ -221,11 +221,11 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 	spec := Spec{
 		Namespace:         qp.Namespace,
 		Plane:             qp.Name,
-		Mode:              enum(ps, "spec.mode", string(s.Mode), "local", "local", "central", "local-reconciled"),
-		Fairness:          enum(ps, "spec.fairness", string(s.Fairness), "maxmin", "none", "maxmin", "wfq", "drr"),
-		FailureMode:       enum(ps, "spec.failureMode", string(s.FailureMode), "degrade", "degrade", "allow", "deny"),
-		UnknownTenants:    enum(ps, "spec.unknownTenants", string(s.UnknownTenants), "default", "default", "deny"),
-		UnknownEndpoints:  enum(ps, "spec.unknownEndpoints", string(s.UnknownEndpoints), "default", "default", "deny"),
+		Mode:              enum(ps, "spec.mode", string(s.Mode), Modes[0], Modes),
+		Fairness:          enum(ps, "spec.fairness", string(s.Fairness), "maxmin", FairnessModes),
+		FailureMode:       enum(ps, "spec.failureMode", string(s.FailureMode), FailureModes[0], FailureModes),
+		UnknownTenants:    enum(ps, "spec.unknownTenants", string(s.UnknownTenants), UnknownPolicies[0], UnknownPolicies),
+		UnknownEndpoints:  enum(ps, "spec.unknownEndpoints", string(s.UnknownEndpoints), UnknownPolicies[0], UnknownPolicies),
 		ReconcileInterval: DefaultReconcileInterval,
 		Endpoints:         []Endpoint{},
 		Tenants:           []Tenant{},
@@ -262,7 +262,7 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 		if tier.Weight == 0 {
 			tier.Weight = 1
 		}
-		if tier.Weight < 1 || tier.Weight > 1_000_000 {
+		if tier.Weight < 1 || tier.Weight > MaxWeight {
 			ps.add(field+".weight", "weight %d is out of range; use 1 to 1000000", t.Weight)
 		}
 		if t.FloorPercent < 0 || t.FloorPercent > 100 {
@@ -319,7 +319,7 @@ func tierNames(tiers []Tier) string {
 }
 
 // enum returns value, or def when it is empty, and reports a value outside allowed.
-func enum(ps *problems, field, value, def string, allowed ...string) string {
+func enum(ps *problems, field, value, def string, allowed []string) string {
 	if value == "" {
 		return def
 	}
@@ -371,7 +371,7 @@ func compileEndpoint(eq *v1alpha1.EndpointQuota, tiers map[string]Tier, ps *prob
 	if e.Cost == 0 {
 		e.Cost = 1
 	}
-	if e.Name == "" || strings.ContainsAny(e.Name, "/ \t\r\n") || !utf8.ValidString(e.Name) {
+	if !ValidName(e.Name) || strings.Contains(e.Name, "/") {
 		ps.add("spec.endpoint", "%q is not an endpoint name; use the {endpoint} of POST /api/{endpoint}, without slashes or spaces", e.Name)
 	}
 	if e.Cost < 1 || e.Cost > MaxCost {
@@ -400,8 +400,11 @@ func compileEndpoint(eq *v1alpha1.EndpointQuota, tiers map[string]Tier, ps *prob
 func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, tiers map[string]Tier, endpoints map[string]bool, ps *problems) (Tenant, bool) {
 	s := tq.Spec
 	t := Tenant{Name: s.Tenant, Tier: s.Tier}
-	if t.Name == "" || !utf8.ValidString(t.Name) {
-		ps.add("spec.tenant", "a TenantQuota needs the tenant id, as sent in X-Tenant, in valid UTF-8")
+	switch {
+	case t.Name == "":
+		ps.add("spec.tenant", "a TenantQuota needs the tenant id, as sent in X-Tenant")
+	case !ValidName(t.Name):
+		ps.add("spec.tenant", "%q cannot be sent in X-Tenant; use 1 to %d printable ASCII characters without spaces", t.Name, MaxNameBytes)
 	}
 	if t.Tier == "" {
 		t.Tier = defaultTier
@@ -417,7 +420,7 @@ func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, tiers map[strin
 	}
 	if s.Weight != nil {
 		t.Weight = *s.Weight
-		if t.Weight < 1 || t.Weight > 1_000_000 {
+		if t.Weight < 1 || t.Weight > MaxWeight {
 			ps.add("spec.weight", "weight %d is out of range; use 1 to 1000000", t.Weight)
 		}
 	}
@@ -427,8 +430,11 @@ func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, tiers map[strin
 	seen := map[string]bool{}
 	for i, k := range s.Keys {
 		field := fmt.Sprintf("spec.keys[%d]", i)
-		if k.Key == "" || !utf8.ValidString(k.Key) {
-			ps.add(field+".key", "an api key override needs the key, in valid UTF-8")
+		switch {
+		case k.Key == "":
+			ps.add(field+".key", "an api key override needs the key")
+		case !ValidName(k.Key):
+			ps.add(field+".key", "%q cannot be sent in X-Api-Key; use 1 to %d printable ASCII characters without spaces", k.Key, MaxNameBytes)
 		}
 		if seen[k.Key] {
 			ps.add(field+".key", "api key %q is listed twice", k.Key)

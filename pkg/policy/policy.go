@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Policy is a compiled plane: immutable, safe for concurrent use, identified by
@@ -260,11 +261,31 @@ func checkSpec(s *Spec) error {
 	if err := s.Global.check(); err != nil {
 		return fmt.Errorf("global: %w", err)
 	}
+	if s.Global.Algorithm != TokenBucket {
+		return fmt.Errorf("global: must be a tokenBucket")
+	}
+	for _, f := range []struct {
+		name, value string
+		allowed     []string
+	}{
+		{"mode", s.Mode, Modes}, {"fairness", s.Fairness, FairnessModes}, {"failureMode", s.FailureMode, FailureModes},
+		{"unknownTenants", s.UnknownTenants, UnknownPolicies}, {"unknownEndpoints", s.UnknownEndpoints, UnknownPolicies},
+	} {
+		if !slices.Contains(f.allowed, f.value) {
+			return fmt.Errorf("%s %q is not one of %v", f.name, f.value, f.allowed)
+		}
+	}
+	if s.ReconcileInterval < MinReconcileInterval || s.ReconcileInterval > time.Hour {
+		return fmt.Errorf("reconcileInterval %s out of range", s.ReconcileInterval)
+	}
 	if !sortedUnique(s.Endpoints, func(e Endpoint) string { return e.Name }) ||
 		!sortedUnique(s.Tenants, func(t Tenant) string { return t.Name }) {
 		return fmt.Errorf("endpoints and tenants must be sorted by name, without duplicates")
 	}
 	for _, e := range s.Endpoints {
+		if !ValidName(e.Name) || strings.Contains(e.Name, "/") {
+			return fmt.Errorf("endpoint name %q is not valid", e.Name)
+		}
 		if e.Cost < 1 || e.Cost > MaxCost {
 			return fmt.Errorf("endpoint %s: cost %d out of range", e.Name, e.Cost)
 		}
@@ -290,14 +311,22 @@ func checkSpec(s *Spec) error {
 		if !tiers[t.Tier] {
 			return fmt.Errorf("tenant %s: tier %q is not a tier", t.Name, t.Tier)
 		}
-		if t.Weight < 1 {
-			return fmt.Errorf("tenant %s: weight %d < 1", t.Name, t.Weight)
+		if t.Weight < 1 || t.Weight > MaxWeight {
+			return fmt.Errorf("tenant %s: weight %d < 1 or > %d", t.Name, t.Weight, MaxWeight)
+		}
+		if !ValidName(t.Name) {
+			return fmt.Errorf("tenant name %q is not valid", t.Name)
+		}
+		for _, k := range t.Keys {
+			if !ValidName(k.Key) {
+				return fmt.Errorf("tenant %s: api key %q is not valid", t.Name, k.Key)
+			}
 		}
 		if !sortedUnique(t.Keys, func(k KeyLimit) string { return k.Key }) {
 			return fmt.Errorf("tenant %s: keys must be sorted, without duplicates", t.Name)
 		}
 	}
-	if bp := s.BurstPool; bp != nil && (bp.Size < 1 || bp.RefillRate < 0 || bp.PerTenantCeiling < 1 || bp.PerTenantCeiling > bp.Size) {
+	if bp := s.BurstPool; bp != nil && (bp.Size < 1 || bp.Size > MaxRate || bp.RefillRate < 0 || bp.RefillRate > MaxRate || bp.PerTenantCeiling < 1 || bp.PerTenantCeiling > bp.Size) {
 		return fmt.Errorf("burst pool %+v out of range", *bp)
 	}
 	return nil

@@ -35,6 +35,36 @@ const (
 	MaxTiers = 16
 )
 
+// The values of the plane's enumerated fields; the default is the first,
+// but for fairness, whose default is maxmin.
+var (
+	Modes           = []string{"local", "central", "local-reconciled"}
+	FairnessModes   = []string{"none", "maxmin", "wfq", "drr"}
+	FailureModes    = []string{"degrade", "allow", "deny"}
+	UnknownPolicies = []string{"default", "deny"}
+)
+
+// Bounds on names and weights.
+const (
+	MaxNameBytes = 256
+	MaxWeight    = 1_000_000
+)
+
+// ValidName reports whether s can name a tenant, an api key or an endpoint:
+// 1 to MaxNameBytes printable ASCII characters without spaces, what a
+// gateway can send in a header and a URL path.
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > MaxNameBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // Limit is a compiled limit: Rate tokens per Period, Burst tokens at once.
 type Limit struct {
 	Rate      int64         `json:"rate"`

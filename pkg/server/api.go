@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
 // Request headers.
@@ -26,11 +28,8 @@ const (
 	HeaderReason = "X-Quota-Reason"
 )
 
-// Bounds on what a request may carry.
-const (
-	MaxBodyBytes = 1 << 20
-	MaxNameBytes = 256
-)
+// MaxBodyBytes bounds a request's body, which a decision does not need.
+const MaxBodyBytes = 1 << 20
 
 // API serves decisions from an engine.
 type API struct {
@@ -115,10 +114,10 @@ func parseRequest(r *http.Request) (req enforcer.Request, problem string) {
 		return req, "missing " + HeaderTenant + " header: name the tenant this request is for"
 	case req.APIKey == "":
 		return req, "missing " + HeaderAPIKey + " header: name the api key this request uses"
-	case len(req.Tenant) > MaxNameBytes || !printable(req.Tenant):
-		return req, fmt.Sprintf("%s must be 1 to %d printable ASCII characters", HeaderTenant, MaxNameBytes)
-	case len(req.APIKey) > MaxNameBytes || !printable(req.APIKey):
-		return req, fmt.Sprintf("%s must be 1 to %d printable ASCII characters", HeaderAPIKey, MaxNameBytes)
+	case !policy.ValidName(req.Tenant):
+		return req, fmt.Sprintf("%s must be 1 to %d printable ASCII characters without spaces", HeaderTenant, policy.MaxNameBytes)
+	case !policy.ValidName(req.APIKey):
+		return req, fmt.Sprintf("%s must be 1 to %d printable ASCII characters without spaces", HeaderAPIKey, policy.MaxNameBytes)
 	case len(r.Header.Values(HeaderTenant)) > 1 || len(r.Header.Values(HeaderAPIKey)) > 1:
 		return req, fmt.Sprintf("send %s and %s once each", HeaderTenant, HeaderAPIKey)
 	}
@@ -132,15 +131,6 @@ func parseRequest(r *http.Request) (req enforcer.Request, problem string) {
 	return req, ""
 }
 
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
 func writeEngineError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, enforcer.ErrInvalidRequest):
@@ -151,6 +141,8 @@ func writeEngineError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, enforcer.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "the enforcer is shutting down; retry on another instance")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, "the request ended before a decision: "+err.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	}
