@@ -76,16 +76,15 @@ func BenchmarkDecideAtUncontended(b *testing.B) {
 func BenchmarkDecideAtUncontendedParallel(b *testing.B) {
 	e := newEngine(b, benchPolicy(b, 5000, 1_000_000_000, "maxmin"))
 	rs := benchRequests(5000)
-	var next atomic.Int64
+	var next, clock atomic.Int64
+	clock.Store(epoch.UnixMicro())
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(next.Add(997))
-		now := epoch
 		for pb.Next() {
 			i++
-			now = now.Add(time.Microsecond)
-			if d, _ := e.DecideAt(now, rs[i%len(rs)]); !d.Allow {
+			if d, _ := e.DecideAt(time.UnixMicro(clock.Add(1)), rs[i%len(rs)]); !d.Allow {
 				b.Fatal("denied")
 			}
 		}
@@ -97,10 +96,8 @@ func BenchmarkAllowN(b *testing.B) {
 	l := rate.NewLimiter(rate.Limit(1e12), 1<<30)
 	now := epoch
 	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		if i%1024 == 0 {
-			now = now.Add(time.Microsecond)
-		}
+	for b.Loop() {
+		now = now.Add(time.Microsecond)
 		if !l.AllowN(now, 1) {
 			b.Fatal("denied")
 		}
@@ -109,14 +106,12 @@ func BenchmarkAllowN(b *testing.B) {
 
 func BenchmarkAllowNParallel(b *testing.B) {
 	l := rate.NewLimiter(rate.Limit(1e12), 1<<30)
+	var clock atomic.Int64 // one clock for all goroutines, as in the engine's parallel benchmarks
+	clock.Store(epoch.UnixMicro())
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		now := epoch
-		for i := 0; pb.Next(); i++ {
-			if i%1024 == 0 {
-				now = now.Add(time.Microsecond)
-			}
-			if !l.AllowN(now, 1) {
+		for pb.Next() {
+			if !l.AllowN(time.UnixMicro(clock.Add(1)), 1) {
 				b.Fatal("denied")
 			}
 		}
