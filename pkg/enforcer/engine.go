@@ -415,6 +415,11 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		reserveDenied = reserve > 0 && g.canCover(cost, now)
 	}
 	globalRemaining := g.remaining() // read under plane.mu: other tenants debit it
+	var pool limiter                 // a copy, for the wait of a tenant that may borrow
+	if !allow && globalOK && shareOK && lower == LevelTenant && ts.mayBorrow && pl.pool.active() {
+		pl.pool.settle(now)
+		pool = pl.pool
+	}
 	pl.mu.Unlock()
 
 	*d = Decision{Allow: allow, Cost: cost}
@@ -463,7 +468,11 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		e.fair.globalDenials.Add(1)
 	default:
 		d.Level, d.Reason = lower, lowerReason
-		d.RetryAfter = retryDuration(lowerLim.retryAfterUs(cost, now))
+		wait := lowerLim.retryAfterUs(cost, now)
+		if pool.active() {
+			wait = borrowWaitUs(&ts.limit, &ts.allowance, &pool, cost, now, wait)
+		}
+		d.RetryAfter = retryDuration(wait)
 		d.Remaining = lowerLim.remaining()
 		ts.stats.denied[lower.index()]++
 	}
@@ -491,6 +500,37 @@ func remainingAfter(global int64, tenant, endpoint *limiter, key *keyState) int6
 		return global
 	}
 	return min(tightest.remaining(), global)
+}
+
+// borrowWaitUs is the earliest wait after which a tenant that may borrow
+// passes its level: its own tokens cover the cost, or cover it together with
+// a loan that both its allowance and the pool can give. ownWaitUs, the wait
+// for its own tokens alone, bounds it. Every term only grows with time, so
+// the earliest µs is found by bisection on copies (denials only).
+func borrowWaitUs(own, allowance, pool *limiter, cost, now, ownWaitUs int64) int64 {
+	if own.never(cost) {
+		return ownWaitUs
+	}
+	passes := func(wait int64) bool {
+		at := now + wait
+		mine := own.remainingAt(at)
+		short := cost - mine
+		return short <= 0 || allowance.remainingAt(at) >= short && pool.remainingAt(at) >= short
+	}
+	hi := min(ownWaitUs, int64(MaxRetryAfter/time.Microsecond))
+	if !passes(hi) {
+		return ownWaitUs
+	}
+	lo := int64(0) // passes(0) is false: the request was just denied
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if passes(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 func retryDuration(us int64) time.Duration {

@@ -357,6 +357,9 @@ func (m *orcModel) decide(now int64, r Request) (d Decision, errs []error) {
 		d.Level = Levels[i]
 		d.Remaining = l.remaining(now)
 		d.RetryAfter = l.retryAfter(cost, extra, now)
+		if i == 1 && ts.mayBorrow && cost <= l.lim.Burst {
+			d.RetryAfter = m.borrowRetry(ts, cost, now, d.RetryAfter)
+		}
 		return d
 	}
 	// The levels below global are consulted in order, up to the first that
@@ -422,6 +425,45 @@ func (m *orcModel) decide(now int64, r Request) (d Decision, errs []error) {
 
 // windowFloor is the latest time any sliding window that r maps to has
 // seen: a request at an earlier time would take the window back in time.
+// borrowRetry is a borrowing tenant's wait at its own level: the earliest
+// µs at which its own tokens, or its own tokens plus a loan that both its
+// allowance and the pool can give, cover cost; at most own, the wait for its
+// own tokens alone. It tries the times on copies of the three limiters.
+func (m *orcModel) borrowRetry(ts *orcTenant, cost, now int64, own time.Duration) time.Duration {
+	passes := func(wait int64) bool {
+		at := now + wait
+		mine := ts.limit.clone()
+		mine.settle(at)
+		short := cost - mine.remaining(at)
+		if short <= 0 {
+			return true
+		}
+		allow, pool := ts.allowance.clone(), m.pool.clone()
+		allow.settle(at)
+		pool.settle(at)
+		return allow.remaining(at) >= short && pool.remaining(at) >= short
+	}
+	hi := int64(own / time.Microsecond)
+	if !passes(hi) {
+		return own
+	}
+	lo := int64(0)
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; passes(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return orcRetry(hi)
+}
+
+func (b *orcLimiter) clone() *orcLimiter {
+	c := *b
+	c.entries = slices.Clone(b.entries)
+	return &c
+}
+
 func (m *orcModel) windowFloor(r Request) int64 {
 	ts := m.tenants[r.Tenant]
 	if ts == nil {

@@ -668,8 +668,10 @@ func TestBorrowUntilCeilingAndPoolDry(t *testing.T) {
 		{at: 0, r: r("a", 10), allow: true, remaining: 0},
 		{at: 0, r: r("a", 4), allow: true, borrowed: 4, remaining: 0},
 		{at: 0, r: r("a", 4), allow: true, borrowed: 4, remaining: 0},
-		// Allowance 2 left: a loan of 4 is refused; the tenant's own wait is 400ms.
-		{at: 0, r: r("a", 4), level: LevelTenant, retry: 400 * ms, remaining: 0},
+		// Allowance 2 left: a loan of 4 is refused. Its own tokens alone would
+		// take 400ms; at 200ms it has 2 and can borrow 2 of the 3 its
+		// allowance has regained.
+		{at: 0, r: r("a", 4), level: LevelTenant, retry: 200 * ms, remaining: 0},
 		{at: 0, r: r("a", 2), allow: true, borrowed: 2, remaining: 0},
 		{at: 0, r: r("a", 1), level: LevelTenant, retry: 100 * ms, remaining: 0},
 		// b has 1 token of its own: a loan of 3 − 1 = 2.
@@ -692,11 +694,12 @@ func TestBorrowUntilCeilingAndPoolDry(t *testing.T) {
 	// A fractional own level: the loan is the cost less the whole tokens.
 	propRun(t, e, []propStep{
 		{at: 0, r: r("d", 10), allow: true, remaining: 0},
-		// 0.5 own tokens, a loan of 3, but the pool has 0.25: denied, and
-		// the wait is that of d's own bucket for 2.5 tokens.
-		{at: 50 * ms, r: r("d", 3), level: LevelTenant, retry: 250 * ms, remaining: 0},
-		// 6.5 own tokens: a loan of 4 > the pool's 3.25; a loan of 3 fits.
-		{at: 650 * ms, r: r("d", 10), level: LevelTenant, retry: 350 * ms, remaining: 6},
+		// 0.5 own tokens, a loan of 3, but the pool has 0.25: denied. Its own
+		// tokens alone would take 250ms; at 150ms it has 2 and the pool 1.
+		{at: 50 * ms, r: r("d", 3), level: LevelTenant, retry: 150 * ms, remaining: 0},
+		// 6.5 own tokens: a loan of 4 > the pool's 3.25. At 50ms more: 7 of
+		// its own and a loan of 3.
+		{at: 650 * ms, r: r("d", 10), level: LevelTenant, retry: 50 * ms, remaining: 6},
 		{at: 650 * ms, r: r("d", 9), allow: true, borrowed: 3, remaining: 0},
 	})
 	if d := propDebt(t, e, 650*ms, "d"); d != 3 {

@@ -245,3 +245,33 @@ func TestRegression_PolicyChangeNeverMovesTheClockBack(t *testing.T) {
 		t.Errorf("10 tokens at 100s right after spending 10 at 100s: allowed=%v without a swap, %v with one", a, b)
 	}
 }
+
+// A tenant that owes its ceiling used to be told to wait for its own tokens
+// alone, though repaying a little debt lets it borrow sooner: RetryAfter is
+// the earliest time the request passes, and a microsecond earlier it fails.
+func TestRegression_BorrowingTenantGetsTheEarliestRetryAfter(t *testing.T) {
+	e := newEngine(t, compileYAML(t, planeHeader+`
+  global: {rate: 1000000, burst: 1000000}
+  fairness: none
+  tiers: [{name: std, tenant: {rate: 1, burst: 10}}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: BurstPool
+metadata: {name: pool}
+spec: {size: 1000, refillRate: 100, perTenantCeiling: 5}
+`))
+	mustDecide(t, e, at(0), Request{Tenant: "t", Units: 10})
+	if d := mustDecide(t, e, at(0), Request{Tenant: "t", Units: 5}); d.Borrowed != 5 {
+		t.Fatalf("borrow: %+v", d)
+	}
+	d := mustDecide(t, e, at(0), Request{Tenant: "t", Units: 3})
+	if d.RetryAfter != 30*time.Millisecond { // 3 tokens of debt repaid at 100/s
+		t.Errorf("RetryAfter %v; want 30ms, when 3 tokens of debt are repaid", d.RetryAfter)
+	}
+	if early := mustDecide(t, e, at(d.RetryAfter-time.Microsecond), Request{Tenant: "t", Units: 3}); early.Allow {
+		t.Errorf("allowed a microsecond before RetryAfter: %+v", early)
+	}
+	if ok := mustDecide(t, e, at(d.RetryAfter), Request{Tenant: "t", Units: 3}); !ok.Allow || ok.Borrowed != 3 {
+		t.Errorf("at RetryAfter: %+v; want allowed with a loan of 3", ok)
+	}
+}
