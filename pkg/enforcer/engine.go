@@ -16,8 +16,9 @@ import (
 // concurrent use. Its state lives in memory (mode local); the distributed
 // backends build on it.
 //
-// Lock order: a tenant's mu, then plane.mu. The fairness tick takes registry
-// shard locks and tenant locks one at a time, never while holding another.
+// Lock order: swapMu (policy swaps, pruning), then a tenant's mu, then
+// plane.mu or a registry shard's mu. The fairness tick's own lock is taken
+// before any of them and only with TryLock.
 type Engine struct {
 	snap     atomic.Pointer[snapshot]
 	swapMu   sync.Mutex // serialises SetPolicy with itself and with pruning
@@ -296,7 +297,7 @@ func (e *Engine) decideAndUnlock(snap *snapshot, ts *tenantState, r *Request, ep
 	defer ts.mu.Unlock()
 	if ts.snap != snap {
 		ts.syncLocked(snap, now, &e.keys)
-	} else if !ts.known && r.Tier != ts.requestedTier {
+	} else if !ts.known && r.Tier != ts.requestedTier && ts.name != overflowName {
 		// An unknown tenant's tier follows its requests (Request.Tier).
 		ts.requestedTier = strings.Clone(r.Tier)
 		ts.syncLocked(snap, now, &e.keys)

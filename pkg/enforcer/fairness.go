@@ -108,7 +108,10 @@ func (e *Engine) tick(now int64) {
 		ts.demandWeight += alpha * (1 - ts.demandWeight)
 		demand := ts.demandAverage / ts.demandWeight
 		if demand < 1e-9 {
-			demand = 0
+			// Idle: start the average afresh, so a tenant that comes back
+			// is measured as a new one is, whether or not its state was
+			// pruned meanwhile.
+			demand, ts.demandAverage, ts.demandWeight = 0, 0, 0
 		}
 		ts.demandBits.Store(math.Float64bits(demand))
 		total += demand

@@ -294,7 +294,9 @@ func (r *registry) get(name string) *tenantState {
 }
 
 // getOrCreate returns the tenant's state, creating it. Beyond limit states
-// (when limit > 0) new tenants share one overflow state.
+// (when limit > 0) new tenants share one overflow state, which has the
+// default tier whatever they ask. The bound may be passed by the number of
+// creations racing at the moment it is reached.
 func (r *registry) getOrCreate(name, tier string, limit int) *tenantState {
 	if ts := r.get(name); ts != nil {
 		return ts

@@ -80,7 +80,26 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 		endpoints []*v1alpha1.EndpointQuota
 		pools     []*v1alpha1.BurstPool
 	)
+	// Two objects with the same kind, namespace and name cannot both be
+	// meant (the API server never holds them; files can): both are left out.
+	identity := func(o runtime.Object) string {
+		if m, ok := o.(metav1.Object); ok {
+			return fmt.Sprintf("%T %s/%s", o, m.GetNamespace(), m.GetName())
+		}
+		return ""
+	}
+	seen := map[string]int{}
 	for _, o := range objs {
+		seen[identity(o)]++
+	}
+	for _, o := range objs {
+		if id := identity(o); id != "" && seen[id] > 1 {
+			m := o.(metav1.Object)
+			kind := strings.TrimPrefix(fmt.Sprintf("%T", o), "*v1alpha1.")
+			list = append(list, Problem{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName(),
+				Message: fmt.Sprintf("defined %d times; keep one object of each name", seen[id])})
+			continue
+		}
 		switch o := o.(type) {
 		case *v1alpha1.QuotaPlane:
 			planes = append(planes, o)
@@ -101,9 +120,9 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 
 	switch len(planes) {
 	case 0:
-		ns := ""
-		if len(objs) > 0 {
-			if m, ok := objs[0].(metav1.Object); ok {
+		ns := "" // the first namespace, so that the problem does not depend on the order
+		for _, o := range objs {
+			if m, ok := o.(metav1.Object); ok && (ns == "" || m.GetNamespace() < ns) {
 				ns = m.GetNamespace()
 			}
 		}

@@ -4,7 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -60,5 +63,27 @@ func TestDecodeRejectsWhatCompileRejects(t *testing.T) {
 		if _, err := policy.Decode(reencode(t, p, edit)); err == nil {
 			t.Errorf("%s: Decode accepted it", name)
 		}
+	}
+}
+
+// TestSameObjectTwiceIsLeftOutInAnyOrder: two objects of one kind,
+// namespace and name (files can hold them) are both reported and left out,
+// so the result does not depend on their order.
+func TestSameObjectTwiceIsLeftOutInAnyOrder(t *testing.T) {
+	a := newTenant("acme", "acme", "")
+	b := newTenant("acme", "acme-other", "")
+	var hashes []string
+	for _, order := range [][]runtime.Object{{newPlane(), a, b}, {b, newPlane(), a}} {
+		p, problems := policy.Compile(order)
+		if p == nil || len(problems) != 2 || problems[0].Name != "acme" || !strings.Contains(problems[0].Message, "defined 2 times") {
+			t.Fatalf("problems %v; want both copies of TenantQuota acme reported", problems)
+		}
+		if len(p.Spec().Tenants) != 0 {
+			t.Errorf("tenants %v; want neither copy", tenantNames(p))
+		}
+		hashes = append(hashes, p.Hash())
+	}
+	if hashes[0] != hashes[1] {
+		t.Errorf("hashes %v differ with the order of the objects", hashes)
 	}
 }
