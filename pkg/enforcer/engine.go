@@ -218,8 +218,12 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 	if e.closed.Load() {
 		return Decision{}, ErrClosed
 	}
+	now := e.clock()
+	if e.fair.claimTick(now, e.settings.tickInterval) {
+		go e.tick(now) // in real time, off the request's path
+	}
 	var d Decision
-	err := e.decideOpts(e.clock(), &r, arrival, &d)
+	err := e.decideOpts(now, &r, arrival, &d)
 	if err != nil || d.Allow || d.Level != LevelGlobal || e.settings.queueWait == 0 {
 		return d, err
 	}
@@ -234,8 +238,12 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 // short critical sections and is deterministic: the same requests at the same
 // times give the same decisions, so simulations in virtual time are exact.
 func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
+	nowUs := now.UnixMicro()
+	if e.fair.claimTick(nowUs, e.settings.tickInterval) {
+		e.tick(nowUs) // in the caller's time, so that virtual time is exact
+	}
 	var d Decision
-	err := e.decideOpts(now.UnixMicro(), &r, arrival, &d)
+	err := e.decideOpts(nowUs, &r, arrival, &d)
 	return d, err
 }
 
@@ -260,9 +268,6 @@ func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision)
 	}
 	if r.Units < 0 || r.Units > MaxUnits {
 		return fmt.Errorf("%w: units %d out of range [0, %d]", ErrInvalidRequest, r.Units, MaxUnits)
-	}
-	if now >= e.fair.nextTick.Load() {
-		e.tick(now)
 	}
 	for {
 		snap := e.snap.Load()

@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/scheduler"
@@ -14,7 +15,7 @@ import (
 // tiers by weighted max-min with the tiers' floors (every tier keeps its
 // floor as far as it wants it; among tiers that want more than their share,
 // the lower-weight one is cut more), then within each tier among its tenants by weighted max-min on their
-// demand (scheduler.MaxMin at both levels). It runs as a tick inside the
+// demand (scheduler.MaxMin at both levels). It runs as a tick claimed by the
 // first decision whose time passes nextTick, so it follows the engine's time,
 // real or virtual, and costs the fast path one atomic load when not due.
 //
@@ -46,23 +47,26 @@ type fairness struct {
 	scratch      scheduler.Scratch
 }
 
+// claimTick reports whether the caller, deciding at now, is the one to run
+// the tick that is due; the next is due an interval later.
+func (f *fairness) claimTick(now int64, interval time.Duration) bool {
+	next := f.nextTick.Load()
+	return now >= next && f.nextTick.CompareAndSwap(next, now+interval.Microseconds())
+}
+
 // shareRate is the tenant's fair share in tokens per second.
 func (f *fairness) shareRate(ts *tenantState) float64 {
 	return math.Float64frombits(f.levelBits[ts.tierRank].Load()) * float64(ts.tenant.Weight)
 }
 
 // tick measures demand, reallocates contended capacity and prunes idle state.
-// Only one tick runs at a time; a decision that finds one running goes on.
+// The decision that claims it (claimTick) runs it: inline in DecideAt, so
+// that virtual time is exact, and in its own goroutine from Decide, so that
+// no request waits for it. Ticks run one at a time.
 func (e *Engine) tick(now int64) {
 	f := &e.fair
-	if !f.mu.TryLock() {
-		return
-	}
+	f.mu.Lock()
 	defer f.mu.Unlock()
-	if now < f.nextTick.Load() {
-		return // another decision ran this tick
-	}
-	f.nextTick.Store(now + e.settings.tickInterval.Microseconds())
 	snap := e.snap.Load()
 	elapsed := now - f.lastTick
 	first := f.lastTick == 0

@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,12 +178,11 @@ func TestRegression_QueuedWaiterReturnsWhenItsContextEnds(t *testing.T) {
 	clock.Set(at(2 * time.Second))
 	hold := make(chan struct{})
 	held := make(chan struct{})
-	var holding bool
+	var holding atomic.Bool
 	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), WithQueueWait(time.Hour))
 	contend(t, e)
 	e.clock = func() int64 { // from here on, hold the dispatcher's first read
-		if holding {
-			holding = false
+		if holding.CompareAndSwap(true, false) {
 			close(held)
 			<-hold
 		}
@@ -195,7 +195,7 @@ func TestRegression_QueuedWaiterReturnsWhenItsContextEnds(t *testing.T) {
 		done <- err
 	}()
 	waitFor(t, "the request to queue", func() bool { return e.queuedLen(fairWFQ) == 1 })
-	holding = true
+	holding.Store(true)
 	e.queue.poke()
 	<-held // the dispatcher has taken the waiter and is deciding it
 	cancel()

@@ -35,7 +35,12 @@ type Problem struct {
 
 // Object names the object: "TenantQuota team-a/acme".
 func (p Problem) Object() string {
-	if p.Namespace == "" {
+	switch {
+	case p.Name == "" && p.Namespace == "":
+		return p.Kind
+	case p.Name == "":
+		return p.Kind + " in namespace " + p.Namespace
+	case p.Namespace == "":
 		return p.Kind + " " + p.Name
 	}
 	return p.Kind + " " + p.Namespace + "/" + p.Name

@@ -596,7 +596,11 @@ func TestProblemFormatting(t *testing.T) {
 		},
 		{
 			policy.Problem{Kind: "QuotaPlane", Message: "create one"},
-			"QuotaPlane ", "QuotaPlane : create one",
+			"QuotaPlane", "QuotaPlane: create one",
+		},
+		{
+			policy.Problem{Kind: "QuotaPlane", Namespace: "team-a", Message: "create one"},
+			"QuotaPlane in namespace team-a", "QuotaPlane in namespace team-a: create one",
 		},
 	}
 	for _, tt := range tests {

@@ -325,7 +325,7 @@ func TestLoadDirErrors(t *testing.T) {
 		{
 			name:  "an empty directory",
 			files: map[string]string{},
-			want:  []string{"QuotaPlane : the plane has no QuotaPlane"},
+			want:  []string{"QuotaPlane: the plane has no QuotaPlane"},
 		},
 		{
 			name: "files that do not decode are all named",
