@@ -482,8 +482,13 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		d.Remaining = lowerLim.remaining()
 		ts.stats.denied[lower.index()]++
 	}
-	entry := ts.trace.push() // written in place: an entry is a cache line
-	*entry = traceEntry{atUs: now, cost: cost, apiKey: apiKey, reason: d.Reason, borrowed: int32(d.Borrowed), level: int8(d.Level.index()), allow: allow}
+	// Written in place, field by field: an entry is a cache line, and a
+	// struct literal would be built aside and copied with write barriers.
+	entry := ts.trace.push()
+	entry.atUs, entry.cost, entry.borrowed, entry.allow = now, cost, int32(d.Borrowed), allow
+	entry.apiKey, entry.reason = apiKey, d.Reason
+	entry.level = int8(d.Level.index())
+	entry.endpoint = nil
 	if ep >= 0 {
 		entry.endpoint = &snap.endpoints[ep]
 	}
@@ -495,11 +500,19 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 func remainingAfter(global int64, tenant, endpoint *limiter, key *keyState) int64 {
 	var tightest *limiter
 	estimate := float64(global)
-	for _, l := range [...]*limiter{tenant, endpoint, key.limiterOrNil()} {
-		if l != nil && l.active() {
-			if f := l.estimate(); f < estimate {
-				tightest, estimate = l, f
-			}
+	if tenant.active() {
+		if f := tenant.estimate(); f < estimate {
+			tightest, estimate = tenant, f
+		}
+	}
+	if endpoint != nil { // active: decideLocked keeps only active ones
+		if f := endpoint.estimate(); f < estimate {
+			tightest, estimate = endpoint, f
+		}
+	}
+	if key != nil && key.limit.active() {
+		if f := key.limit.estimate(); f < estimate {
+			tightest = &key.limit
 		}
 	}
 	if tightest == nil {

@@ -60,13 +60,6 @@ type keyState struct {
 	lastSeen int64
 }
 
-func (ks *keyState) limiterOrNil() *limiter {
-	if ks == nil {
-		return nil
-	}
-	return &ks.limit
-}
-
 // counters are a tenant's decision totals.
 type counters struct {
 	admitted     int64
