@@ -16,9 +16,9 @@ import (
 // concurrent use. Its state lives in memory (mode local); the distributed
 // backends build on it.
 //
-// Lock order: swapMu (policy swaps, pruning), then a tenant's mu, then
-// plane.mu or a registry shard's mu. The fairness tick's own lock is taken
-// before any of them and only with TryLock.
+// Lock order: the fairness tick's mu, then swapMu (policy swaps, pruning),
+// then a tenant's mu or plane.mu (never both but in decideLocked, tenant
+// first), then a registry shard's mu.
 type Engine struct {
 	snap     atomic.Pointer[snapshot]
 	swapMu   sync.Mutex // serialises SetPolicy with itself and with pruning
@@ -30,6 +30,7 @@ type Engine struct {
 	clock    func() int64 // µs since the Unix epoch
 	coarse   *coarseClock // the default clock; nil with WithClock
 	closed   atomic.Bool
+	ticks    sync.WaitGroup // ticks started by Decide, which Close waits for
 	settings settings
 }
 
@@ -163,8 +164,9 @@ func (e *Engine) SetPolicy(p *policy.Policy) error {
 // SetPolicyAt puts p in force at now. Bucket state is kept for every tenant,
 // endpoint and key that still exists: tokens are settled at the old rate up
 // to now and carried over, capped by the new burst, and refill runs at the
-// new rate from now on. Each tenant's state moves to p at its next decision
-// (or status read), as if it had moved at now.
+// new rate from now on. Every state moves to p before SetPolicyAt returns
+// (O(tenants); swaps are rare); a decision dated before now moves its tenant
+// at the decision's own time instead.
 func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 	if p == nil {
 		return fmt.Errorf("enforcer: nil policy")
@@ -179,13 +181,37 @@ func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 // is new).
 func (e *Engine) installLocked(p *policy.Policy, now int64) {
 	s := newSnapshot(p)
-	if old := e.snap.Load(); old != nil {
+	old := e.snap.Load()
+	if old != nil {
 		s.seq, s.installedAt = old.seq+1, now
 	}
 	for _, t := range p.Spec().Tenants {
 		s.known[t.Name] = e.tenants.getOrCreate(t.Name, "", 0)
 	}
 	e.snap.Store(s)
+	if old == nil {
+		return
+	}
+	// Fair shares were computed for the old tiers: pacing waits for the
+	// next tick (see fairness.levelsSeq).
+	// Move every state to s now, at its time: each swap's limits then hold
+	// exactly from its time to the next swap's, however long a tenant stays
+	// idle. A decision that loaded the old snapshot starts over (decideOpts).
+	pl := &e.plane
+	pl.mu.Lock()
+	if pl.snap != nil {
+		pl.syncLocked(s, now)
+	}
+	pl.mu.Unlock()
+	e.fair.tenantsScratch = e.tenants.appendAll(e.fair.tenantsScratch[:0])
+	for _, ts := range e.fair.tenantsScratch {
+		ts.mu.Lock()
+		if ts.snap != nil && ts.snap != s && !ts.removed {
+			ts.syncLocked(s, now, &e.keys)
+		}
+		ts.mu.Unlock()
+	}
+	clear(e.fair.tenantsScratch)
 }
 
 // Close stops the engine's background goroutines. Decide fails after Close.
@@ -202,6 +228,7 @@ func (e *Engine) Close() error {
 	if started {
 		<-q.done
 	}
+	e.ticks.Wait() // a tick Decide started
 	if e.coarse != nil {
 		e.coarse.close()
 	}
@@ -220,7 +247,7 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 	}
 	now := e.clock()
 	if e.fair.claimTick(now, e.settings.tickInterval) {
-		go e.tick(now) // in real time, off the request's path
+		e.ticks.Go(func() { e.tick(now) }) // in real time, off the request's path
 	}
 	var d Decision
 	err := e.decideOpts(now, &r, arrival, &d)
@@ -368,7 +395,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	// The tenant's fair share, when the plane is contended.
 	shareOK := true
 	var shareRate float64
-	contended := snap.fairness != fairNone && e.fair.contended.Load()
+	contended := snap.fairness != fairNone && e.fair.contended.Load() && e.fair.levelsSeq.Load() == snap.seq
 	paced := false // the share bucket is in force for this request
 	if contended && mode == arrival {
 		// A tier whose whole demand fits has an infinite level: no pacing.
@@ -447,6 +474,9 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			ts.share.level -= float64(cost)
 		}
 		d.Remaining = remainingAfter(globalRemaining, &ts.limit, epLim, key)
+		if mode == fromQueue {
+			ts.stats.denied[0]-- // its arrival was counted as a global denial
+		}
 		ts.stats.admitted++
 		ts.stats.admittedCost += cost
 	case mode == fromQueue && (!globalOK || !shareOK):
@@ -461,12 +491,14 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		case reserveDenied:
 			d.Reason = reasonShareReserve
 		case !globalOK:
-			d.Reason = snap.reason(reasonGlobal, g.lim)
+			d.Reason = snap.reason(reasonGlobal, snap.global)
 		default:
 			d.Reason = reasonShare
 		}
 		if !shareOK {
-			globalRetry = max(globalRetry, ts.share.retryAfterUs(float64(cost), shareRate))
+			// Shares are computed again every tick: no longer than that.
+			shareWait := min(ts.share.retryAfterUs(float64(cost), shareRate), e.settings.tickInterval.Microseconds())
+			globalRetry = max(globalRetry, shareWait)
 		}
 		d.RetryAfter = retryDuration(globalRetry)
 		d.Remaining = globalRemaining
@@ -480,6 +512,9 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 		d.RetryAfter = retryDuration(wait)
 		d.Remaining = lowerLim.remaining()
+		if mode == fromQueue {
+			ts.stats.denied[0]-- // its arrival was counted as a global denial
+		}
 		ts.stats.denied[lower.index()]++
 	}
 	// Written in place, field by field: an entry is a cache line, and a

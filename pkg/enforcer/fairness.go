@@ -32,6 +32,10 @@ type fairness struct {
 	// per unit of tenant weight in tokens per second (float64 bits).
 	levelBits [policy.MaxTiers]atomic.Uint64
 
+	// levelsSeq is the seq of the snapshot the water levels were computed
+	// for: tier ranks change with the policy, so levels of another are void.
+	levelsSeq atomic.Uint64
+
 	mu       sync.Mutex // guards the fields below; held by the running tick
 	lastTick int64
 	ticks    uint64
@@ -41,10 +45,13 @@ type fairness struct {
 	caps     []float64 // per tenant: the most its own limit lets through, tokens/s
 	// pruneScratch holds one registry shard's tenants while prune looks at them.
 	pruneScratch []*tenantState
-	byTier       [policy.MaxTiers][]scheduler.Item
-	tiers        []scheduler.Item
-	out          []float64
-	scratch      scheduler.Scratch
+	// tenantsScratch holds every tenant while a policy swap moves them
+	// (guarded by Engine.swapMu).
+	tenantsScratch []*tenantState
+	byTier         [policy.MaxTiers][]scheduler.Item
+	tiers          []scheduler.Item
+	out            []float64
+	scratch        scheduler.Scratch
 }
 
 // claimTick reports whether the caller, deciding at now, is the one to run
@@ -67,6 +74,9 @@ func (e *Engine) tick(now int64) {
 	f := &e.fair
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if now <= f.lastTick {
+		return // a later tick ran first (Decide runs them in goroutines)
+	}
 	snap := e.snap.Load()
 	elapsed := now - f.lastTick
 	first := f.lastTick == 0
@@ -126,7 +136,8 @@ func (e *Engine) tick(now int64) {
 
 	bias, fill := e.refillBias(now)
 	capacity := snap.globalPerSec * (1 - e.settings.headroom - bias)
-	if total < 0.9*capacity && denials == 0 && fill > 0.5 {
+	if snap.globalPerSec <= 0 || (total < 0.9*capacity && denials == 0 && fill > 0.5) {
+		// A global limit that never refills has no rate to share.
 		f.contended.Store(false)
 	} else {
 		f.allocate(snap, capacity)
@@ -193,6 +204,7 @@ func (f *fairness) allocate(snap *snapshot, capacity float64) {
 	for k := range tiers {
 		f.levelBits[k].Store(math.Float64bits(levels[k]))
 	}
+	f.levelsSeq.Store(snap.seq)
 	f.epoch.Add(1)
 	f.contended.Store(true)
 }

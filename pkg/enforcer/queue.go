@@ -90,6 +90,13 @@ func (q *queue) discipline(mode fairnessMode) discipline {
 	return q.wfq
 }
 
+func (q *queue) otherDiscipline(mode fairnessMode) discipline {
+	if mode == fairDRR {
+		return q.wfq
+	}
+	return q.drr
+}
+
 // wait queues r after its global denial d and waits for the dispatcher, the
 // queue wait or ctx, whichever comes first.
 func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision) (Decision, error) {
@@ -184,8 +191,12 @@ func (e *Engine) dispatchReady() time.Duration {
 		w := q.pending
 		q.pending = nil
 		if w == nil {
-			snap := e.snap.Load()
-			_, w, _ = q.discipline(snap.fairness).Dequeue()
+			// The current discipline first, then the other: waiters queued
+			// before the policy switched between wfq and drr are served too.
+			current := e.snap.Load().fairness
+			if _, w, _ = q.discipline(current).Dequeue(); w == nil {
+				_, w, _ = q.otherDiscipline(current).Dequeue()
+			}
 		}
 		q.mu.Unlock()
 		if w == nil {

@@ -85,6 +85,7 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 		t, _ = p.DefaultTenant(ts.name, ts.requestedTier)
 	}
 	ts.tenant, ts.known = t, known
+	ts.lastKey, ts.lastKeyState = "", nil // the key's state may change below (overflow, deletion)
 	ts.tierRank = snap.tierRank[t.Tier]
 	ts.mayBorrow = p.MayBorrow(&t)
 	ts.limit.change(t.Limit, now)

@@ -275,8 +275,11 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 	var floors int64
 	for i, t := range s.Tiers {
 		field := fmt.Sprintf("spec.tiers[%d]", i)
-		if t.Name == "" {
+		switch {
+		case t.Name == "":
 			ps.add(field+".name", "a tier needs a name")
+		case !ValidTierName(t.Name):
+			ps.add(field+".name", "%q is not a tier name; use a DNS label: lower-case letters, digits and '-', at most 63", t.Name)
 		}
 		if seen[t.Name] {
 			ps.add(field+".name", "tier %q is defined twice; tier names must be unique", t.Name)
@@ -395,8 +398,8 @@ func compileEndpoint(eq *v1alpha1.EndpointQuota, tiers map[string]Tier, ps *prob
 	if e.Cost == 0 {
 		e.Cost = 1
 	}
-	if !ValidName(e.Name) || strings.Contains(e.Name, "/") {
-		ps.add("spec.endpoint", "%q is not an endpoint name; use the {endpoint} of POST /api/{endpoint}, without slashes or spaces", e.Name)
+	if !ValidEndpointName(e.Name) {
+		ps.add("spec.endpoint", "%q is not an endpoint name; use the {endpoint} of POST /api/{endpoint}, without slashes or spaces: 1 to 128 letters, digits, '.', '_', '~' or '-'", e.Name)
 	}
 	if e.Cost < 1 || e.Cost > MaxCost {
 		ps.add("spec.cost", "cost %d is out of range; use 1 to %d", s.Cost, MaxCost)

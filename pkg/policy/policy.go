@@ -238,6 +238,9 @@ func checkSpec(s *Spec) error {
 		if tiers[t.Name] {
 			return fmt.Errorf("tier %s is defined twice", t.Name)
 		}
+		if !ValidTierName(t.Name) {
+			return fmt.Errorf("tier name %q is not valid", t.Name)
+		}
 		tiers[t.Name] = true
 		if t.Weight < 1 || t.Weight > 1_000_000 || t.FloorPercent < 0 || t.FloorPercent > 100 {
 			return fmt.Errorf("tier %s: weight %d or floorPercent %d out of range", t.Name, t.Weight, t.FloorPercent)
@@ -283,7 +286,7 @@ func checkSpec(s *Spec) error {
 		return fmt.Errorf("endpoints and tenants must be sorted by name, without duplicates")
 	}
 	for _, e := range s.Endpoints {
-		if !ValidName(e.Name) || strings.Contains(e.Name, "/") {
+		if !ValidEndpointName(e.Name) {
 			return fmt.Errorf("endpoint name %q is not valid", e.Name)
 		}
 		if e.Cost < 1 || e.Cost > MaxCost {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"regexp"
 	"time"
 )
 
@@ -64,6 +65,19 @@ func ValidName(s string) bool {
 	}
 	return true
 }
+
+// ValidTierName reports whether s can name a tier: a DNS label, as the
+// CRD's pattern requires.
+func ValidTierName(s string) bool { return tierName.MatchString(s) }
+
+// ValidEndpointName reports whether s can name an endpoint: the {endpoint}
+// of POST /api/{endpoint}, as the CRD's pattern requires.
+func ValidEndpointName(s string) bool { return endpointName.MatchString(s) }
+
+var (
+	tierName     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	endpointName = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,128}$`)
+)
 
 // Limit is a compiled limit: Rate tokens per Period, Burst tokens at once.
 type Limit struct {
