@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -219,6 +220,56 @@ func BenchmarkNaiveFourLevels(b *testing.B) {
 		now = now.Add(time.Microsecond)
 		r := &rs[i%len(rs)]
 		if !global.AllowN(now, 1) || !tenants[r.Tenant].AllowN(now, 1) || !endpoints[epKeys[i%len(rs)]].AllowN(now, 1) || !keys[r.APIKey].AllowN(now, 1) {
+			b.Fatal("denied")
+		}
+	}
+}
+
+// zipfSequence is n tenant indexes drawn from Zipf(s=1.2) over tenants: the
+// skew of seed 002's load profile, where whales carry most traffic.
+func zipfSequence(n, tenants int) []int {
+	rng := rand.New(rand.NewPCG(1, 2))
+	z := rand.NewZipf(rng, 1.2, 1, uint64(tenants-1))
+	seq := make([]int, n)
+	for i := range seq {
+		seq[i] = int(z.Uint64())
+	}
+	return seq
+}
+
+// BenchmarkDecideAtUncontendedZipf is the uncontended decision over 5,000
+// tenants with Zipf-skewed traffic, as in seed 002's load profile.
+func BenchmarkDecideAtUncontendedZipf(b *testing.B) {
+	e := newEngine(b, benchPolicy(b, 5000, 1_000_000_000, "maxmin"))
+	rs := benchRequests(5000)
+	seq := zipfSequence(1<<16, len(rs))
+	now := epoch
+	for i := range rs {
+		mustDecide(b, e, now, rs[i])
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Microsecond)
+		if d, _ := e.DecideAt(now, rs[seq[i&(len(seq)-1)]]); !d.Allow {
+			b.Fatal("denied")
+		}
+	}
+}
+
+// BenchmarkAllowNOver5000Zipf is the yardstick with the same traffic.
+func BenchmarkAllowNOver5000Zipf(b *testing.B) {
+	limiters := make(map[string]*rate.Limiter, 5000)
+	rs := benchRequests(5000)
+	for _, r := range rs {
+		limiters[r.Tenant] = rate.NewLimiter(rate.Limit(1e12), 1<<30)
+	}
+	seq := zipfSequence(1<<16, len(rs))
+	now := epoch
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Microsecond)
+		if !limiters[rs[seq[i&(len(seq)-1)]].Tenant].AllowN(now, 1) {
 			b.Fatal("denied")
 		}
 	}
