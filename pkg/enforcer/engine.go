@@ -20,18 +20,21 @@ import (
 // then a tenant's mu or plane.mu (never both but in decideLocked, tenant
 // first), then a registry shard's mu.
 type Engine struct {
-	snap     atomic.Pointer[snapshot]
-	swapMu   sync.Mutex // serialises SetPolicy with itself and with pruning
-	tenants  registry
-	keys     keyBudget
-	plane    planeState
-	fair     fairness
-	queue    queue
-	clock    func() int64 // µs since the Unix epoch
-	coarse   *coarseClock // the default clock; nil with WithClock
-	closed   atomic.Bool
-	ticks    sync.WaitGroup // ticks started by Decide, which Close waits for
-	settings settings
+	snap   atomic.Pointer[snapshot]
+	swapMu sync.Mutex // serialises SetPolicy with itself and with pruning
+	// swapScratch holds tenant states while a swap or a prune (both under
+	// swapMu) goes through them.
+	swapScratch []*tenantState
+	tenants     registry
+	keys        keyBudget
+	plane       planeState
+	fair        fairness
+	queue       queue
+	clock       func() int64 // µs since the Unix epoch
+	coarse      *coarseClock // the default clock; nil with WithClock
+	closed      atomic.Bool
+	ticks       sync.WaitGroup // ticks started by Decide, which Close waits for
+	settings    settings
 }
 
 // planeState is the state shared by every tenant: the global bucket and the
@@ -192,26 +195,25 @@ func (e *Engine) installLocked(p *policy.Policy, now int64) {
 	if old == nil {
 		return
 	}
-	// Fair shares were computed for the old tiers: pacing waits for the
-	// next tick (see fairness.levelsSeq).
 	// Move every state to s now, at its time: each swap's limits then hold
 	// exactly from its time to the next swap's, however long a tenant stays
 	// idle. A decision that loaded the old snapshot starts over (decideOpts).
+	// Fair shares, computed for the old tiers, lapse (fairness.levelsSeq).
 	pl := &e.plane
 	pl.mu.Lock()
 	if pl.snap != nil {
 		pl.syncLocked(s, now)
 	}
 	pl.mu.Unlock()
-	e.fair.tenantsScratch = e.tenants.appendAll(e.fair.tenantsScratch[:0])
-	for _, ts := range e.fair.tenantsScratch {
+	e.swapScratch = e.tenants.appendAll(e.swapScratch[:0])
+	for _, ts := range e.swapScratch {
 		ts.mu.Lock()
 		if ts.snap != nil && ts.snap != s && !ts.removed {
 			ts.syncLocked(s, now, &e.keys)
 		}
 		ts.mu.Unlock()
 	}
-	clear(e.fair.tenantsScratch)
+	clear(e.swapScratch)
 }
 
 // Close stops the engine's background goroutines. Decide fails after Close.
@@ -356,12 +358,12 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	)
 	if l := &ts.limit; l.active() {
 		l.settle(now)
-		if !l.canCover(cost, now) {
+		if !l.canCover(cost) {
 			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.lim)
 			if ts.mayBorrow && !l.never(cost) {
 				short := l.shortfall(cost)
 				ts.allowance.settle(now)
-				if ts.allowance.canCover(short, now) {
+				if ts.allowance.canCover(short) {
 					lower, borrow = LevelNone, short
 				} else {
 					lowerReason = snap.reason(reasonTenantCeiling, ts.tenant.Limit)
@@ -373,7 +375,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if l := &ts.endpoints[ep]; l.active() {
 			epLim = l
 			l.settle(now)
-			if !l.canCover(cost, now) {
+			if !l.canCover(cost) {
 				lower, lowerLim, lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.lim)
 			}
 		}
@@ -383,7 +385,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			key.lastSeen = now
 			l := &key.limit
 			l.settle(now)
-			if !l.canCover(cost, now) {
+			if !l.canCover(cost) {
 				lower, lowerLim, lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.lim)
 			}
 		}
@@ -429,7 +431,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		// The tenant level comes before endpoint and key: a dry pool fails
 		// it whatever they say.
 		pl.pool.settle(now)
-		if !pl.pool.canCover(borrow, now) {
+		if !pl.pool.canCover(borrow) {
 			lower, lowerLim, lowerReason = LevelTenant, &ts.limit, snap.reason(reasonTenantPoolDry, ts.tenant.Limit)
 		}
 	}
@@ -445,7 +447,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 	} else if !globalOK {
 		globalRetry = g.retryAboveUs(cost, reserve, now)
-		reserveDenied = reserve > 0 && g.canCover(cost, now)
+		reserveDenied = reserve > 0 && g.canCover(cost)
 	}
 	globalRemaining := g.remaining() // read under plane.mu: other tenants debit it
 	var pool limiter                 // a copy, for the wait of a tenant that may borrow
@@ -456,6 +458,11 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	pl.mu.Unlock()
 
 	*d = Decision{Allow: allow, Cost: cost}
+	if mode == fromQueue && (allow || globalOK && shareOK) {
+		// The waiter's final outcome: its arrival was counted as a global
+		// denial, which this outcome replaces.
+		ts.stats.denied[globalLevel]--
+	}
 	switch {
 	case allow:
 		ts.limit.takeIfActive(cost-borrow, now)
@@ -474,9 +481,6 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			ts.share.level -= float64(cost)
 		}
 		d.Remaining = remainingAfter(globalRemaining, &ts.limit, epLim, key)
-		if mode == fromQueue {
-			ts.stats.denied[0]-- // its arrival was counted as a global denial
-		}
 		ts.stats.admitted++
 		ts.stats.admittedCost += cost
 	case mode == fromQueue && (!globalOK || !shareOK):
@@ -502,7 +506,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 		d.RetryAfter = retryDuration(globalRetry)
 		d.Remaining = globalRemaining
-		ts.stats.denied[0]++
+		ts.stats.denied[globalLevel]++
 		e.fair.globalDenials.Add(1)
 	default:
 		d.Level, d.Reason = lower, lowerReason
@@ -512,9 +516,6 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 		d.RetryAfter = retryDuration(wait)
 		d.Remaining = lowerLim.remaining()
-		if mode == fromQueue {
-			ts.stats.denied[0]-- // its arrival was counted as a global denial
-		}
 		ts.stats.denied[lower.index()]++
 	}
 	// Written in place, field by field: an entry is a cache line, and a
@@ -595,6 +596,7 @@ func retryDuration(us int64) time.Duration {
 }
 
 func (pl *planeState) syncLocked(snap *snapshot, now int64) {
+	now = snap.changeTime(now)
 	pl.global.change(snap.global, now)
 	pl.pool.change(snap.pool, now)
 	pl.snap = snap

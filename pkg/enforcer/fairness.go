@@ -43,15 +43,10 @@ type fairness struct {
 	weights  []int64 // per tenant, read with the tenant's lock at this tick
 	ranks    []int
 	caps     []float64 // per tenant: the most its own limit lets through, tokens/s
-	// pruneScratch holds one registry shard's tenants while prune looks at them.
-	pruneScratch []*tenantState
-	// tenantsScratch holds every tenant while a policy swap moves them
-	// (guarded by Engine.swapMu).
-	tenantsScratch []*tenantState
-	byTier         [policy.MaxTiers][]scheduler.Item
-	tiers          []scheduler.Item
-	out            []float64
-	scratch        scheduler.Scratch
+	byTier   [policy.MaxTiers][]scheduler.Item
+	tiers    []scheduler.Item
+	out      []float64
+	scratch  scheduler.Scratch
 }
 
 // claimTick reports whether the caller, deciding at now, is the one to run
@@ -110,7 +105,7 @@ func (e *Engine) tick(now int64) {
 			f.caps[i] = ts.sustainableRate(snap)
 		}
 		ts.mu.Unlock()
-		if first || elapsed <= 0 {
+		if first {
 			continue
 		}
 		// A moving average started at zero underestimates a new tenant's
@@ -130,7 +125,7 @@ func (e *Engine) tick(now int64) {
 		ts.demandBits.Store(math.Float64bits(demand))
 		total += demand
 	}
-	if first || elapsed <= 0 {
+	if first {
 		return
 	}
 
@@ -185,7 +180,7 @@ func (f *fairness) allocate(snap *snapshot, capacity float64) {
 		for _, it := range f.byTier[k] {
 			demand += it.Cap
 		}
-		floor := snap.floors[k] * (1 - (snap.globalPerSec-capacity)/snap.globalPerSec)
+		floor := snap.floors[k] * capacity / snap.globalPerSec // floors shrink with what is held back
 		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: floor, Cap: demand})
 	}
 	f.out = grow(f.out, tiers+len(f.tenants))
@@ -220,12 +215,13 @@ func (e *Engine) prune(now int64) {
 	cutoff := now - e.settings.idleTTL.Microseconds()
 	sh := &e.tenants.shards[e.fair.ticks%registryShards]
 	sh.mu.RLock()
-	candidates := e.fair.pruneScratch[:0]
+	candidates := e.swapScratch[:0]
 	for _, ts := range sh.tenants {
 		candidates = append(candidates, ts)
 	}
 	sh.mu.RUnlock()
-	e.fair.pruneScratch = candidates
+	e.swapScratch = candidates
+	defer clear(candidates)
 	for _, ts := range candidates {
 		ts.mu.Lock()
 		ts.pruneKeysLocked(cutoff, now, &e.keys)

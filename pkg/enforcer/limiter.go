@@ -105,9 +105,9 @@ func (l *limiter) refill(now int64) {
 	l.level = min(l.level+elapsed*l.rate, l.capacity()) // elapsed×rate < capacity+rate: no overflow
 }
 
-// canCover reports whether cost tokens are available at now (after refill or
-// expiry, which the caller has done).
-func (l *limiter) canCover(cost int64, now int64) bool {
+// canCover reports whether cost tokens are available (after the refill or
+// expiry the caller has done).
+func (l *limiter) canCover(cost int64) bool {
 	if l.window != nil {
 		return l.window.sum+cost <= l.rate
 	}
@@ -158,10 +158,10 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 // integer multiplication each way (level < 2^53 makes the estimate off by at
 // most one).
 func (l *limiter) remaining() int64 {
-	if l.window != nil {
-		return max(l.rate-l.window.sum, 0)
-	}
 	q := int64(l.estimate())
+	if l.window != nil {
+		return q // exact for a window
+	}
 	switch {
 	case q*l.periodUs > l.level:
 		q--
@@ -278,7 +278,7 @@ func (w *slidingWindow) waitUs(now, cost, rate, periodUs int64) int64 {
 // after the debit (tier reserves); reserve is 0 elsewhere.
 func (l *limiter) canCoverAbove(cost, reserve int64) bool {
 	if reserve == 0 {
-		return l.canCover(cost, 0)
+		return l.canCover(cost)
 	}
 	return cost <= l.burst && cost*l.periodUs+reserve <= l.level
 }
@@ -307,12 +307,7 @@ func (l *limiter) bucketWaitUs(need, now int64) int64 {
 }
 
 // shortfall is how many whole tokens cost lacks.
-func (l *limiter) shortfall(cost int64) int64 {
-	if l.window != nil {
-		return max(l.window.sum+cost-l.rate, 0)
-	}
-	return max(cost-l.level/l.periodUs, 0)
-}
+func (l *limiter) shortfall(cost int64) int64 { return max(cost-l.remaining(), 0) }
 
 // takeIfActive debits cost when the limiter is in force.
 func (l *limiter) takeIfActive(cost int64, now int64) {
@@ -330,10 +325,10 @@ type shareBucket struct {
 
 func (s *shareBucket) settle(now int64, rate, burst float64) {
 	if now > s.last {
-		s.level = min(s.level+float64(now-s.last)*rate/1e6, burst)
+		s.level += float64(now-s.last) * rate / 1e6
 		s.last = now
 	}
-	s.level = min(s.level, burst)
+	s.level = min(s.level, burst) // also when the share shrank
 }
 
 func (s *shareBucket) retryAfterUs(cost, rate float64) int64 {

@@ -66,6 +66,16 @@ type snapshot struct {
 	reasons map[reasonKey]string
 }
 
+// changeTime is when state moves to this snapshot for a decision (or a
+// swap) at now: at its installation, or at now for a decision dated before
+// that. The old limits hold until then.
+func (s *snapshot) changeTime(now int64) int64 {
+	if s.installedAt > 0 {
+		return min(now, s.installedAt)
+	}
+	return now
+}
+
 // contendedReservePercent is the part of the global burst kept for tenants
 // within their fair share while the plane is contended.
 const contendedReservePercent = 10

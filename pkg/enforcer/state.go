@@ -74,11 +74,7 @@ const overflowName = "\x00overflow"
 // syncLocked derives the tenant's limits from snap, carrying bucket state
 // across changes.
 func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
-	// The old limits hold until the policy was installed (SetPolicyAt), or
-	// until now for a decision dated before that.
-	if snap.installedAt > 0 {
-		now = min(now, snap.installedAt)
-	}
+	now = snap.changeTime(now)
 	p := snap.policy
 	t, known := p.Tenant(ts.name)
 	if !known {
@@ -92,11 +88,12 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 	ts.allowance.change(snap.borrowCeiling, now)
 
 	var inline [inlineEndpoints]limiter
-	endpoints := inline[:0]
-	if len(snap.endpoints) > inlineEndpoints {
-		endpoints = make([]limiter, len(snap.endpoints))
+	var endpoints []limiter
+	if n := len(snap.endpoints); n <= inlineEndpoints {
+		endpoints = inline[:n]
+	} else {
+		endpoints = make([]limiter, n)
 	}
-	endpoints = endpoints[:len(snap.endpoints)]
 	for i := range snap.endpoints {
 		lim := p.EndpointLimit(&t, i)
 		if old := ts.endpointLimiter(snap.endpoints[i].Name); old != nil {

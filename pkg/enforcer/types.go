@@ -20,6 +20,9 @@ const (
 // Levels lists the levels in the order a request passes them.
 var Levels = [...]Level{LevelGlobal, LevelTenant, LevelEndpoint, LevelKey}
 
+// globalLevel is LevelGlobal's index in Levels.
+const globalLevel = 0
+
 func (l Level) index() int {
 	switch l {
 	case LevelGlobal:

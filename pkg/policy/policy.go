@@ -115,7 +115,7 @@ func (p *Policy) EndpointLimit(t *Tenant, ep int) *Limit {
 // KeyLimit resolves the limit on api key key of tenant t: the tenant's override
 // for that key, else its tier's key limit; nil means no key limit.
 func (p *Policy) KeyLimit(t *Tenant, key string) *Limit {
-	if i, ok := slices.BinarySearchFunc(t.Keys, key, func(k KeyLimit, key string) int { return strings.Compare(k.Key, key) }); ok {
+	if i, ok := t.keyIndex(key); ok {
 		return &t.Keys[i].Limit
 	}
 	if tr, ok := p.Tier(t.Tier); ok {
@@ -126,8 +126,13 @@ func (p *Policy) KeyLimit(t *Tenant, key string) *Limit {
 
 // NamesKey reports whether tenant t's own overrides name api key key.
 func (p *Policy) NamesKey(t *Tenant, key string) bool {
-	_, ok := slices.BinarySearchFunc(t.Keys, key, func(k KeyLimit, key string) int { return strings.Compare(k.Key, key) })
+	_, ok := t.keyIndex(key)
 	return ok
+}
+
+// keyIndex finds key among the tenant's overrides, which are sorted by key.
+func (t *Tenant) keyIndex(key string) (int, bool) {
+	return slices.BinarySearchFunc(t.Keys, key, func(k KeyLimit, key string) int { return strings.Compare(k.Key, key) })
 }
 
 // MayBorrow says whether tenant t may borrow from the burst pool: there is a
