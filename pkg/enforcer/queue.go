@@ -102,17 +102,13 @@ func (q *queue) otherDiscipline(mode fairnessMode) discipline {
 func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision) (Decision, error) {
 	q := &e.queue
 	w := &waiter{req: r, denial: d, deadline: time.Now().Add(e.settings.queueWait), ctx: ctx, answer: make(chan Decision, 1)}
-	weight := float64(snap.tierWeights[min(e.tierRankOf(snap, r), len(snap.tierWeights)-1)])
-	if t, ok := snap.policy.Tenant(r.Tenant); ok {
-		weight *= float64(t.Weight)
-	}
 	q.mu.Lock()
 	if q.live.Load() >= int64(q.maxQueue) {
 		q.mu.Unlock()
 		return d, nil // the queue is full: no wait, the 429 now
 	}
 	q.live.Add(1)
-	q.discipline(snap.fairness).Enqueue(maphash.String(q.seed, r.Tenant), weight, float64(d.Cost), w)
+	q.discipline(snap.fairness).Enqueue(maphash.String(q.seed, r.Tenant), flowWeight(snap, r), float64(d.Cost), w)
 	if !q.started {
 		q.started = true
 		go e.dispatch()
@@ -137,17 +133,22 @@ func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision
 	}
 	// The dispatcher has it; it answers at once, with the denial if it
 	// cannot admit it, since the waiter has expired.
-	return <-w.answer, nil
+	got := <-w.answer
+	if err := ctx.Err(); err != nil && !got.Allow {
+		return Decision{}, err // as when the caller gave up first
+	}
+	return got, nil
 }
 
-func (e *Engine) tierRankOf(snap *snapshot, r Request) int {
-	if t, ok := snap.policy.Tenant(r.Tenant); ok {
-		return snap.tierRank[t.Tier]
+// flowWeight is a waiter's weight in the discipline: its tier's weight
+// times its own (a tenant the policy does not name has weight 1 in its tier).
+func flowWeight(snap *snapshot, r Request) float64 {
+	t, known := snap.policy.Tenant(r.Tenant)
+	if !known {
+		t, _ = snap.policy.DefaultTenant(r.Tenant, r.Tier)
+		t.Weight = 1
 	}
-	if rank, ok := snap.tierRank[r.Tier]; ok {
-		return rank
-	}
-	return snap.tierRank[snap.policy.Spec().DefaultTier]
+	return float64(snap.tierWeights[snap.tierRank[t.Tier]] * t.Weight)
 }
 
 func (q *queue) poke() {
