@@ -38,7 +38,7 @@ build: ## Build every binary into ./bin.
 	$(GO) build -o $(LOCALBIN)/ ./cmd/...
 
 .PHONY: test
-test: lint verify ## Run the whole suite (lint, generated-code check, go test -race).
+test: lint verify redis-server ## Run the whole suite (lint, generated-code check, go test -race).
 	$(GO) test $(GOTEST_FLAGS) $(PKGS)
 
 .PHONY: bench
@@ -73,6 +73,15 @@ lint: ## go vet and gofmt.
 		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 ##@ Tools
+
+# Tests start their own redis-server processes on free loopback ports; the
+# binary comes from Debian's package when it is missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+.PHONY: redis-server
+redis-server: ## Install redis-server with apt-get when it is missing.
+	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
+	@redis-server --version
 
 $(CONTROLLER_GEN):
 	mkdir -p $(LOCALBIN)

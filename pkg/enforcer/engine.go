@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
@@ -20,6 +22,10 @@ import (
 // then a tenant's mu or plane.mu (never both but in decideLocked, tenant
 // first), then a registry shard's mu.
 type Engine struct {
+	// policy is the policy in force; snap is what the engine's own state
+	// enforces: the policy itself in mode local, this node's share of it in
+	// the distributed modes (policy.Share).
+	policy atomic.Pointer[policy.Policy]
 	snap   atomic.Pointer[snapshot]
 	swapMu sync.Mutex // serialises SetPolicy with itself and with pruning
 	// swapScratch holds tenant states while a swap or a prune (both under
@@ -35,6 +41,10 @@ type Engine struct {
 	closed      atomic.Bool
 	ticks       sync.WaitGroup // ticks started by Decide, which Close waits for
 	settings    settings
+
+	redis   redis.UniversalClient // nil: mode local only
+	nodeID  string
+	central *central // with redis
 }
 
 // planeState is the state shared by every tenant: the global bucket and the
@@ -58,6 +68,15 @@ type settings struct {
 	clockPrecision time.Duration
 	queueWait      time.Duration
 	maxQueue       int
+
+	redisTimeout      time.Duration
+	batchSize         int
+	batchWindow       time.Duration
+	batchQueue        int
+	redisConcurrency  int
+	breakerThreshold  int
+	breakerCooldown   time.Duration
+	heartbeatInterval time.Duration
 }
 
 // Option configures an Engine.
@@ -119,6 +138,43 @@ func WithQueueWait(d time.Duration) Option { return func(e *Engine) { e.settings
 // 10,000); beyond it a request gets its denial at once.
 func WithMaxQueue(n int) Option { return func(e *Engine) { e.settings.maxQueue = n } }
 
+// WithRedis gives the engine its Redis, which the distributed modes
+// (central, local-reconciled) need. The engine does not close it.
+func WithRedis(c redis.UniversalClient) Option { return func(e *Engine) { e.redis = c } }
+
+// WithNodeID names this engine in its fleet (default: host name and a random
+// suffix). Engines in one process with distinct ids act as separate nodes.
+func WithNodeID(id string) Option { return func(e *Engine) { e.nodeID = id } }
+
+// WithRedisTimeout sets the deadline of one decision's trip through Redis
+// (default 50ms); past it, the plane's failureMode decides.
+func WithRedisTimeout(d time.Duration) Option { return func(e *Engine) { e.settings.redisTimeout = d } }
+
+// WithBatchSize bounds how many decisions share one script call in central
+// mode (default 128).
+func WithBatchSize(n int) Option { return func(e *Engine) { e.settings.batchSize = n } }
+
+// WithBatchWindow sets how long a batch waits for more decisions before its
+// script call (default 0: a batch takes what queued while the previous call
+// was in flight, which adds no latency when the load is light).
+func WithBatchWindow(d time.Duration) Option { return func(e *Engine) { e.settings.batchWindow = d } }
+
+// WithRedisConcurrency sets how many script calls may be in flight at once
+// in central mode (default 4).
+func WithRedisConcurrency(n int) Option { return func(e *Engine) { e.settings.redisConcurrency = n } }
+
+// WithBreakerCooldown sets how long the circuit breaker stays open after
+// Redis fails before one call probes it again (default 1s).
+func WithBreakerCooldown(d time.Duration) Option {
+	return func(e *Engine) { e.settings.breakerCooldown = d }
+}
+
+// WithHeartbeatInterval sets how often a node reports itself alive in Redis
+// (default 1s); a node that stops is counted out after three intervals.
+func WithHeartbeatInterval(d time.Duration) Option {
+	return func(e *Engine) { e.settings.heartbeatInterval = d }
+}
+
 // New returns an engine enforcing p.
 func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	if p == nil {
@@ -136,14 +192,32 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		clockPrecision: time.Millisecond,
 		queueWait:      50 * time.Millisecond,
 		maxQueue:       10_000,
+
+		redisTimeout:      50 * time.Millisecond,
+		batchSize:         128,
+		batchQueue:        4096,
+		redisConcurrency:  4,
+		breakerThreshold:  3,
+		breakerCooldown:   time.Second,
+		heartbeatInterval: time.Second,
 	}}
 	for _, o := range opts {
 		o(e)
 	}
 	s := e.settings
 	if s.maxTenants < 1 || s.maxKeys < 1 || s.maxKeysTotal < 1 || s.idleTTL <= 0 || s.tickInterval <= 0 || s.demandWindow <= 0 ||
-		s.headroom < 0 || s.headroom >= 1 || s.shareBurst <= 0 || s.clockPrecision <= 0 || s.queueWait < 0 || s.maxQueue < 0 {
+		s.headroom < 0 || s.headroom >= 1 || s.shareBurst <= 0 || s.clockPrecision <= 0 || s.queueWait < 0 || s.maxQueue < 0 ||
+		s.redisTimeout <= 0 || s.batchSize < 1 || s.batchWindow < 0 || s.redisConcurrency < 1 || s.breakerCooldown <= 0 || s.heartbeatInterval <= 0 {
 		return nil, fmt.Errorf("enforcer: invalid option: %+v", s)
+	}
+	if e.nodeID == "" {
+		e.nodeID = defaultNodeID()
+	}
+	if !policy.ValidName(e.nodeID) {
+		return nil, fmt.Errorf("enforcer: node id %q: use printable ASCII without spaces, at most 256 characters", e.nodeID)
+	}
+	if err := e.checkBackend(p); err != nil {
+		return nil, err
 	}
 	if e.clock == nil {
 		e.coarse = newCoarseClock(s.clockPrecision)
@@ -152,12 +226,18 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	e.tenants.init()
 	e.keys.perTenant, e.keys.total = s.maxKeys, int64(s.maxKeysTotal)
 	e.queue.init(s.maxQueue)
-	e.installLocked(p, 0)
+	if e.redis != nil {
+		e.central = newCentral(e, e.redis)
+	}
+	if err := e.installLocked(p, 0); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 
 // Policy returns the policy in force.
-func (e *Engine) Policy() *policy.Policy { return e.snap.Load().policy }
+func (e *Engine) Policy() *policy.Policy { return e.policy.Load() }
 
 // SetPolicy puts p in force now; see SetPolicyAt.
 func (e *Engine) SetPolicy(p *policy.Policy) error {
@@ -174,15 +254,67 @@ func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 	if p == nil {
 		return fmt.Errorf("enforcer: nil policy")
 	}
+	if err := e.checkBackend(p); err != nil {
+		return err
+	}
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
-	e.installLocked(p, now.UnixMicro())
+	return e.installLocked(p, now.UnixMicro())
+}
+
+// installLocked puts p in force: its snapshot for the central backend, and
+// this node's share of it for the engine's own state. swapMu is held (or
+// the engine is new).
+func (e *Engine) installLocked(p *policy.Policy, now int64) error {
+	local, err := p.Share(e.shareOf(p))
+	if err != nil {
+		return err
+	}
+	if e.central != nil {
+		var full *snapshot
+		if p.Spec().Mode == "central" {
+			full = newSnapshot(p)
+		}
+		e.central.snap.Store(full)
+	}
+	e.policy.Store(p)
+	e.installLocalLocked(local, now)
 	return nil
 }
 
-// installLocked makes p the snapshot in force; swapMu is held (or the engine
-// is new).
-func (e *Engine) installLocked(p *policy.Policy, now int64) {
+// reshare installs this node's share of the policy in force again, after the
+// fleet's size changed.
+func (e *Engine) reshare() {
+	e.swapMu.Lock()
+	defer e.swapMu.Unlock()
+	p := e.policy.Load()
+	if local, err := p.Share(e.shareOf(p)); err == nil {
+		e.installLocalLocked(local, e.clock())
+	}
+}
+
+// shareOf is the fraction of p this node enforces on its own.
+func (e *Engine) shareOf(p *policy.Policy) float64 {
+	if p.Spec().Mode == "local" || e.central == nil {
+		return 1
+	}
+	return 1 / float64(e.central.fleet.nodes.Load())
+}
+
+// checkBackend rejects a policy whose mode the engine cannot run.
+func (e *Engine) checkBackend(p *policy.Policy) error {
+	switch mode := p.Spec().Mode; {
+	case mode == "local":
+	case e.redis == nil:
+		return fmt.Errorf("enforcer: plane %s has mode %s, which needs Redis: give the engine one with WithRedis", p.Plane(), mode)
+	case mode == "local-reconciled":
+		return fmt.Errorf("enforcer: plane %s: mode local-reconciled is not implemented yet", p.Plane())
+	}
+	return nil
+}
+
+// installLocalLocked makes p the snapshot the engine's own state enforces.
+func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 	s := newSnapshot(p)
 	old := e.snap.Load()
 	if old != nil {
@@ -231,6 +363,9 @@ func (e *Engine) Close() error {
 		<-q.done
 	}
 	e.ticks.Wait() // a tick Decide started
+	if e.central != nil {
+		e.central.close()
+	}
 	if e.coarse != nil {
 		e.coarse.close()
 	}
@@ -247,11 +382,17 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 	if e.closed.Load() {
 		return Decision{}, ErrClosed
 	}
+	var d Decision
+	if c := e.central; c != nil {
+		if snap := c.snap.Load(); snap != nil {
+			err := c.decide(ctx, snap, 0, &r, &d)
+			return d, err
+		}
+	}
 	now := e.clock()
 	if e.fair.claimTick(now, e.settings.tickInterval) {
 		e.ticks.Go(func() { e.tick(now) }) // in real time, off the request's path
 	}
-	var d Decision
 	err := e.decideOpts(now, &r, arrival, &d)
 	if err != nil || d.Allow || d.Level != LevelGlobal || e.settings.queueWait == 0 {
 		return d, err
@@ -266,8 +407,19 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 // DecideAt decides r at the given time. It never blocks on anything but
 // short critical sections and is deterministic: the same requests at the same
 // times give the same decisions, so simulations in virtual time are exact.
+//
+// In central mode the script decides at the given time instead of Redis
+// TIME, alone rather than batched: for simulations and for tests that replay
+// the Go engine. A fleet must not mix it with Decide, whose time is Redis's.
 func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
 	nowUs := now.UnixMicro()
+	if c := e.central; c != nil {
+		if snap := c.snap.Load(); snap != nil {
+			var d Decision
+			err := c.decide(context.Background(), snap, nowUs, &r, &d)
+			return d, err
+		}
+	}
 	if e.fair.claimTick(nowUs, e.settings.tickInterval) {
 		e.tick(nowUs) // in the caller's time, so that virtual time is exact
 	}
@@ -292,11 +444,8 @@ const (
 // decideOpts decides r into d (filled in place: a Decision is too big to
 // copy through every call).
 func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision) error {
-	if r.Tenant == "" {
-		return fmt.Errorf("%w: the tenant is empty", ErrInvalidRequest)
-	}
-	if r.Units < 0 || r.Units > MaxUnits {
-		return fmt.Errorf("%w: units %d out of range [0, %d]", ErrInvalidRequest, r.Units, MaxUnits)
+	if err := validate(r); err != nil {
+		return err
 	}
 	for {
 		snap := e.snap.Load()
@@ -323,6 +472,17 @@ func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision)
 		e.decideAndUnlock(snap, ts, r, ep, cost, now, mode, d)
 		return nil
 	}
+}
+
+// validate checks what every backend checks first.
+func validate(r *Request) error {
+	if r.Tenant == "" {
+		return fmt.Errorf("%w: the tenant is empty", ErrInvalidRequest)
+	}
+	if r.Units < 0 || r.Units > MaxUnits {
+		return fmt.Errorf("%w: units %d out of range [0, %d]", ErrInvalidRequest, r.Units, MaxUnits)
+	}
+	return nil
 }
 
 // decideAndUnlock brings the tenant's state to snap, decides and releases

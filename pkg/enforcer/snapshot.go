@@ -44,6 +44,9 @@ type snapshot struct {
 	known map[string]*tenantState
 
 	fairness     fairnessMode
+	mode         string // the plane's backend: local, central or local-reconciled
+	failureMode  string // what the distributed backends do while Redis is unavailable
+	redisPrefix  string // the prefix of the plane's Redis keys (planeKey)
 	denyUnknown  bool
 	denyEndpoint bool
 	maxCost      int64 // the largest endpoint cost, at least 1
@@ -114,6 +117,9 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		endpoints:    p.Endpoints(),
 		known:        make(map[string]*tenantState, len(spec.Tenants)),
 		fairness:     parseFairness(spec.Fairness),
+		mode:         spec.Mode,
+		failureMode:  spec.FailureMode,
+		redisPrefix:  planeKey(p),
 		denyUnknown:  spec.UnknownTenants == "deny",
 		denyEndpoint: spec.UnknownEndpoints == "deny",
 		maxCost:      1,

@@ -1,0 +1,347 @@
+package enforcer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/pkg/lua"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// central is the central backend (mode central): every decision is made by
+// decide.lua in Redis, where all levels of every node's requests meet.
+// Concurrent decisions are coalesced into batches, one script call each
+// (batch.go). When Redis fails or is slow, a circuit breaker opens and the
+// plane's failureMode decides meanwhile (failure.go).
+type central struct {
+	e      *Engine
+	client redis.UniversalClient
+	// snap is the full policy's snapshot: limits and reasons for the script.
+	// nil while the policy in force is not in central mode.
+	snap atomic.Pointer[snapshot]
+
+	batches chan *centralCall
+	stop    chan struct{}
+	workers sync.WaitGroup
+
+	breaker breaker
+	fleet   fleet
+	journal journal
+
+	stats centralStats
+}
+
+// centralStats count what the backend did; read with atomic loads.
+type centralStats struct {
+	calls, decisions, failures, degraded atomic.Int64
+}
+
+// centralCall is one request on its way through the script.
+type centralCall struct {
+	snap      *snapshot
+	tenant    policy.Tenant
+	epLim     *policy.Limit
+	keyLim    *policy.Limit
+	cost      int64
+	keys      [lua.DecideRequestKeys]string
+	args      [lua.DecideRequestArgs]int64
+	reply     [lua.DecideReplyFields]int64
+	decidedAt int64 // µs, the script's time
+	err       error
+	done      chan struct{} // closed when reply or err is set
+}
+
+// errRedisUnavailable is what a decision gets while the breaker is open.
+var errRedisUnavailable = errors.New("redis unavailable")
+
+func newCentral(e *Engine, c redis.UniversalClient) *central {
+	s := e.settings
+	b := &central{
+		e:       e,
+		client:  c,
+		batches: make(chan *centralCall, s.batchQueue),
+		stop:    make(chan struct{}),
+	}
+	b.breaker.init(s.breakerThreshold, s.breakerCooldown)
+	b.fleet.nodes.Store(1)
+	for range s.redisConcurrency {
+		b.workers.Go(b.batchLoop)
+	}
+	b.workers.Go(b.heartbeatLoop)
+	return b
+}
+
+// close stops the workers once the queued calls are decided.
+func (b *central) close() {
+	close(b.stop)
+	b.workers.Wait()
+}
+
+// planeKey is the prefix of every Redis key of the plane: one hash tag, so
+// that every call touches one cluster slot.
+func planeKey(p *policy.Policy) string {
+	return "qp:{" + p.Spec().Namespace + "/" + p.Plane() + "}:"
+}
+
+// decide decides r through Redis: at Redis TIME (now 0, batched with other
+// decisions) or at now (µs; DecideAt, alone, for simulations and tests).
+// When Redis cannot answer in time, the plane's failureMode decides.
+func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Request, d *Decision) error {
+	call, err := b.prepare(snap, r)
+	if err != nil {
+		return err
+	}
+	if now != 0 {
+		b.run(ctx, now, []*centralCall{call})
+	} else {
+		err = b.submit(ctx, call)
+	}
+	if err == nil {
+		err = call.err
+	}
+	if err == nil {
+		call.decision(d)
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	return b.fail(call, now, r, d)
+}
+
+// prepare resolves r's limits from the full policy into a script call.
+func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
+	if err := validate(r); err != nil {
+		return nil, err
+	}
+	ep, cost, ok := snap.endpoint(r.Endpoint)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q is not an endpoint of plane %s", ErrUnknownEndpoint, r.Endpoint, snap.policy.Plane())
+	}
+	p := snap.policy
+	t, known := p.Tenant(r.Tenant)
+	if !known {
+		if t, ok = p.DefaultTenant(r.Tenant, r.Tier); !ok {
+			return nil, fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, p.Plane())
+		}
+	}
+	c := &centralCall{snap: snap, tenant: t, cost: cost * max(r.Units, 1), done: make(chan struct{})}
+	if ep >= 0 {
+		c.epLim = p.EndpointLimit(&t, ep)
+	}
+	if r.APIKey != "" {
+		c.keyLim = p.KeyLimit(&t, r.APIKey)
+	}
+	prefix := snap.redisPrefix
+	holder := strconv.Itoa(len(r.Tenant)) + ":" + r.Tenant
+	c.keys[0] = levelKey(prefix+"t:"+holder, t.Limit)
+	c.keys[1] = prefix + "a:" + holder
+	c.keys[2] = levelKey(prefix+"e:"+holder+":"+r.Endpoint, c.epLim)
+	c.keys[3] = levelKey(prefix+"k:"+holder+":"+r.APIKey, c.keyLim)
+	c.args[0] = c.cost
+	c.args[1] = snap.reserves[snap.tierRank[t.Tier]]
+	if p.MayBorrow(&t) {
+		c.args[2] = 1
+	}
+	limitArgs(c.args[3:7], t.Limit)
+	limitArgs(c.args[7:11], c.epLim)
+	limitArgs(c.args[11:15], c.keyLim)
+	return c, nil
+}
+
+// levelKey names a level's state; a sliding window is a different kind of
+// key from a bucket, so a change of algorithm starts afresh.
+func levelKey(name string, lim *policy.Limit) string {
+	if lim != nil && lim.Algorithm == policy.SlidingWindow {
+		return name + ":w"
+	}
+	return name
+}
+
+func limitArgs(out []int64, lim *policy.Limit) {
+	if lim == nil {
+		out[0] = lua.AlgorithmNone
+		return
+	}
+	out[0] = lua.AlgorithmTokenBucket
+	if lim.Algorithm == policy.SlidingWindow {
+		out[0] = lua.AlgorithmSlidingWindow
+	}
+	out[1], out[2], out[3] = lim.Rate, lim.Burst, lim.PeriodMicros()
+}
+
+// decision turns the script's reply into d.
+func (c *centralCall) decision(d *Decision) {
+	r := &c.reply
+	*d = Decision{Allow: r[0] == 1, Cost: c.cost, Remaining: r[4], Borrowed: r[5]}
+	if d.Allow {
+		return
+	}
+	d.Level = Levels[max(r[1]-1, 0)]
+	d.RetryAfter = retryDuration(r[3])
+	s := c.snap
+	switch r[2] {
+	case lua.ReasonGlobal:
+		d.Reason = s.reason(reasonGlobal, s.global)
+	case lua.ReasonReserve:
+		d.Reason = reasonReserve
+	case lua.ReasonTenant:
+		d.Reason = s.reason(reasonTenant, c.tenant.Limit)
+	case lua.ReasonTenantCeiling:
+		d.Reason = s.reason(reasonTenantCeiling, c.tenant.Limit)
+	case lua.ReasonPoolDry:
+		d.Reason = s.reason(reasonTenantPoolDry, c.tenant.Limit)
+	case lua.ReasonEndpoint:
+		d.Reason = s.reason(reasonEndpoint, c.epLim)
+	case lua.ReasonKey:
+		d.Reason = s.reason(reasonAPIKey, c.keyLim)
+	default:
+		d.Reason = reasonUnknown
+	}
+}
+
+// submit queues c for a batch and waits for its answer, at most the
+// decision deadline.
+func (b *central) submit(ctx context.Context, c *centralCall) error {
+	if !b.breaker.allow(b.e.clock()) {
+		return errRedisUnavailable
+	}
+	timer := time.NewTimer(b.e.settings.redisTimeout)
+	defer timer.Stop()
+	select {
+	case b.batches <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return fmt.Errorf("%w: the batch queue is full", errRedisUnavailable)
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return fmt.Errorf("%w: no answer within %s", errRedisUnavailable, b.e.settings.redisTimeout)
+	}
+}
+
+// batchLoop is one worker: it takes a call, adds whatever else is queued
+// (up to the batch size, waiting at most the batch window for more) and
+// decides them in one script call. After close it drains the queue.
+func (b *central) batchLoop() {
+	s := b.e.settings
+	batch := make([]*centralCall, 0, s.batchSize)
+	for {
+		var first *centralCall
+		select {
+		case first = <-b.batches:
+		case <-b.stop:
+			select {
+			case first = <-b.batches:
+			default:
+				return
+			}
+		}
+		batch = append(batch[:0], first)
+		var window <-chan time.Time
+		if s.batchWindow > 0 {
+			window = time.After(s.batchWindow)
+		}
+	fill:
+		for len(batch) < s.batchSize {
+			select {
+			case c := <-b.batches:
+				batch = append(batch, c)
+			default:
+				if window == nil {
+					break fill
+				}
+				select {
+				case c := <-b.batches:
+					batch = append(batch, c)
+				case <-window:
+					break fill
+				}
+			}
+		}
+		b.run(context.Background(), 0, batch)
+		clear(batch)
+	}
+}
+
+// run decides a batch in one script call at now (0: Redis TIME) and
+// completes every call.
+func (b *central) run(ctx context.Context, now int64, batch []*centralCall) {
+	err := b.call(ctx, now, batch)
+	for _, c := range batch {
+		if err != nil {
+			c.err = err
+		}
+		close(c.done)
+	}
+}
+
+func (b *central) call(ctx context.Context, now int64, batch []*centralCall) error {
+	if !b.breaker.allow(b.e.clock()) {
+		return errRedisUnavailable
+	}
+	snap := batch[0].snap
+	g := snap.global
+	keys := make([]string, 0, lua.DecidePlaneKeys+lua.DecideRequestKeys*len(batch))
+	args := make([]any, 0, lua.DecidePlaneArgs+lua.DecideRequestArgs*len(batch))
+	keys = append(keys, snap.redisPrefix+"g", snap.redisPrefix+"pool")
+	args = append(args, now, len(batch), g.Rate, g.Burst, g.PeriodMicros())
+	if pool := snap.pool; pool != nil {
+		args = append(args, pool.Rate, pool.Burst, pool.PeriodMicros(), snap.borrowCeiling.Burst)
+	} else {
+		args = append(args, 0, 0, 1, 0)
+	}
+	for _, c := range batch {
+		keys = append(keys, c.keys[:]...)
+		for _, a := range c.args {
+			args = append(args, a)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.e.settings.redisTimeout)
+	defer cancel()
+	b.stats.calls.Add(1)
+	reply, err := lua.Decide.Run(ctx, b.client, keys, args...).Int64Slice()
+	if err == nil && len(reply) != 1+lua.DecideReplyFields*len(batch) {
+		err = fmt.Errorf("decide.lua answered %d values for %d requests", len(reply), len(batch))
+	}
+	if err != nil {
+		b.stats.failures.Add(1)
+		b.breaker.failure(b.e.clock())
+		return fmt.Errorf("%w: %w", errRedisUnavailable, err)
+	}
+	if b.breaker.success() {
+		b.recovered()
+	}
+	b.stats.decisions.Add(int64(len(batch)))
+	for i, c := range batch {
+		c.decidedAt = reply[0]
+		copy(c.reply[:], reply[1+i*lua.DecideReplyFields:])
+	}
+	return nil
+}
+
+// defaultNodeID is the host name and a random suffix: unique per process.
+func defaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || !policy.ValidName(host) {
+		host = "node"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,189 @@
+package enforcer
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// withMode returns the plane YAML with its mode (and further spec lines)
+// set; planes written with planeHeader have no mode line.
+func withMode(yaml, mode string, extra ...string) string {
+	lines := "spec:\n  mode: " + mode + "\n"
+	for _, x := range extra {
+		lines += "  " + x + "\n"
+	}
+	return strings.Replace(yaml, "spec:\n", lines, 1)
+}
+
+// centralEngine is an engine in central mode on srv, as node id.
+func centralEngine(t testing.TB, p *policy.Policy, c redis.UniversalClient, id string, opts ...Option) *Engine {
+	t.Helper()
+	return newEngine(t, p, append([]Option{WithRedis(c), WithNodeID(id)}, opts...)...)
+}
+
+// TestCentralMatchesEngine replays long random sequences of decisions on
+// random planes through decide.lua (DecideAt gives the script its time) and
+// through the Go engine in mode local: every field of every decision must be
+// the same. Fairness is none (tier floors as reserves): that is what central
+// mode enforces (see doc.go).
+func TestCentralMatchesEngine(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	const planes, steps = 12, 1500
+	var total, denied, borrowed int
+	for seed := uint64(1); seed <= planes; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 77))
+		pl := orcRandomPlane(rng, "none", false)
+		local := newEngine(t, compileYAML(t, pl.yaml))
+		if err := client.FlushDB(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		central := centralEngine(t, compileYAML(t, withMode(pl.yaml, "central")), client, "n1")
+		tempo := []int64{100, 1000, 10_000}[rng.IntN(3)]
+		now := epoch.UnixMicro() + 1_000_000
+		for step := range steps {
+			now += max(orcStep(rng, tempo), 0) // Redis time never goes back
+			r := orcRandomRequest(rng, &pl)
+			want, werr := local.DecideAt(time.UnixMicro(now), r)
+			got, gerr := central.DecideAt(time.UnixMicro(now), r)
+			if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+				t.Fatalf("plane %d step %d %+v: error %v, engine says %v", seed, step, r, gerr, werr)
+			}
+			if !orcSame(got, want) || got.Reason != want.Reason {
+				t.Fatalf("plane %d step %d at %dµs %+v:\ncentral %s %q\nengine  %s %q\n%s", seed, step, now, r,
+					orcFmt(got), got.Reason, orcFmt(want), want.Reason, pl.yaml)
+			}
+			total++
+			if werr == nil && !want.Allow {
+				denied++
+			}
+			if want.Borrowed > 0 {
+				borrowed++
+			}
+		}
+	}
+	t.Logf("%d decisions agree (%d denied, %d borrowed)", total, denied, borrowed)
+	if denied < total/10 || borrowed == 0 {
+		t.Fatalf("the sequences exercise too little: %d denied, %d borrowed of %d", denied, borrowed, total)
+	}
+}
+
+// TestCentralExact: 2,000 goroutines on 4 engines (4 nodes) against a global
+// limit of 1,000 that never refills admit exactly 1,000.
+func TestCentralExact(t *testing.T) {
+	srv := redistest.Start(t)
+	p := compileYAML(t, withMode(planeHeader, "central")+`  global: {rate: 0, burst: 1000}
+  tiers: [{name: t, weight: 1}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: read}
+spec: {endpoint: read, cost: 1}
+`)
+	var engines []*Engine
+	for i := range 4 {
+		engines = append(engines, centralEngine(t, p, srv.Client(), "node"+string(rune('0'+i)), WithRedisTimeout(5*time.Second)))
+	}
+	var admitted, denied atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 2000 {
+		wg.Go(func() {
+			d, err := engines[g%4].Decide(context.Background(), Request{Tenant: "t" + string(rune('a'+g%26)), Endpoint: "read"})
+			switch {
+			case err != nil:
+				t.Error(err)
+			case d.Allow:
+				admitted.Add(1)
+			case d.Level == LevelGlobal:
+				denied.Add(1)
+			default:
+				t.Errorf("denied at %s: %s", d.Level, d.Reason)
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 1000 || denied.Load() != 1000 {
+		t.Fatalf("admitted %d, denied %d; want exactly 1000 each", admitted.Load(), denied.Load())
+	}
+	for _, e := range engines {
+		if n := e.central.stats.degraded.Load(); n != 0 {
+			t.Fatalf("%d decisions were made without Redis", n)
+		}
+	}
+}
+
+// TestCentralNoScript: after SCRIPT FLUSH the next decision loads the script
+// again and decides as before.
+func TestCentralNoScript(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	p := compileYAML(t, withMode(planeHeader, "central")+`  global: {rate: 0, burst: 3}
+  tiers: [{name: t, weight: 1}]
+`)
+	e := centralEngine(t, p, client, "n1")
+	ctx := context.Background()
+	for i := range 5 {
+		if err := client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := e.Decide(ctx, Request{Tenant: "a", Endpoint: "x"})
+		if err != nil || d.Allow != (i < 3) {
+			t.Fatalf("decision %d after SCRIPT FLUSH: %+v, %v", i, d, err)
+		}
+	}
+	if n := e.central.stats.failures.Load(); n != 0 {
+		t.Fatalf("%d script calls failed", n)
+	}
+}
+
+// TestCentralClockSkew: a node's own clock does not enter central decisions;
+// the script reads Redis TIME.
+func TestCentralClockSkew(t *testing.T) {
+	srv := redistest.Start(t)
+	p := compileYAML(t, withMode(planeHeader, "central")+`  global: {rate: 1, burst: 10, period: 1h}
+  tiers: [{name: t, weight: 1}]
+`)
+	ahead := centralEngine(t, p, srv.Client(), "ahead", WithClock(func() time.Time { return time.Now().Add(30 * time.Second) }))
+	behind := centralEngine(t, p, srv.Client(), "behind", WithClock(func() time.Time { return time.Now().Add(-30 * time.Second) }))
+	var admitted int
+	for i := range 20 {
+		e := ahead
+		if i%2 == 1 {
+			e = behind
+		}
+		d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allow {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d of 20 on nodes whose clocks are a minute apart; want the burst, 10", admitted)
+	}
+}
+
+// TestCentralNeedsRedis: a central plane without Redis is refused, with a
+// message that says what to do.
+func TestCentralNeedsRedis(t *testing.T) {
+	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1}\n  tiers: [{name: t, weight: 1}]\n")
+	_, err := New(p)
+	if err == nil || !strings.Contains(err.Error(), "WithRedis") {
+		t.Fatalf("New without Redis: %v", err)
+	}
+	e := newEngine(t, compileYAML(t, planeHeader+"  global: {rate: 1}\n  tiers: [{name: t, weight: 1}]\n"))
+	if err := e.SetPolicy(p); err == nil {
+		t.Fatal("SetPolicy of a central plane without Redis succeeded")
+	}
+}

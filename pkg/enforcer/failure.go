@@ -1,0 +1,229 @@
+package enforcer
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/lua"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// Reasons for decisions made while Redis is unavailable.
+const (
+	reasonUnavailableDeny = "the quota store is unavailable and this plane denies while it is (failureMode deny)"
+)
+
+// fail decides c's request while Redis cannot: by the plane's failureMode.
+// degrade decides locally with this node's share of every limit (the
+// engine's own state holds that share) and notes what it admits, to be
+// debited from the fleet's buckets when Redis is back; allow admits; deny
+// denies at the global level until the breaker lets a call through again.
+func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error {
+	b.stats.degraded.Add(1)
+	if now == 0 {
+		now = b.e.clock()
+	}
+	switch c.snap.failureMode {
+	case "allow":
+		*d = Decision{Allow: true, Cost: c.cost}
+		return nil
+	case "deny":
+		*d = Decision{Level: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny,
+			RetryAfter: retryDuration(b.breaker.waitUs(now))}
+		return nil
+	}
+	if err := b.e.decideOpts(now, r, arrival, d); err != nil {
+		return err
+	}
+	if d.Allow {
+		b.journal.add(c.snap.redisPrefix+"g", c.snap.global, d.Cost)
+		if t := c.tenant.Limit; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
+			b.journal.add(c.keys[0], t, d.Cost-d.Borrowed)
+		}
+	}
+	return nil
+}
+
+// recovered runs when a call succeeds after failures: what the node
+// admitted on its own meanwhile is debited from the fleet's buckets, which
+// refilled all along in Redis (or came back full after a restart), so that
+// central decisions resume without a burst of over-admission.
+func (b *central) recovered() {
+	entries := b.journal.take()
+	for len(entries) > 0 {
+		n := min(len(entries), 256)
+		keys := make([]string, 0, n)
+		args := make([]any, 0, 1+4*n)
+		args = append(args, 0)
+		for _, en := range entries[:n] {
+			keys = append(keys, en.key)
+			args = append(args, en.tokens, en.limit.Rate, en.limit.Burst, en.limit.PeriodMicros())
+		}
+		entries = entries[n:]
+		ctx, cancel := context.WithTimeout(context.Background(), b.e.settings.redisTimeout)
+		// Best effort: if Redis fails again, the breaker opens on the next
+		// decision and those tokens stay with the node's share.
+		_ = lua.Debit.Run(ctx, b.client, keys, args...).Err()
+		cancel()
+	}
+}
+
+// journal is what a node admitted while degraded, per bucket. It is bounded:
+// beyond maxJournal buckets, only the global level is noted.
+type journal struct {
+	mu      sync.Mutex
+	entries map[string]*journalEntry
+}
+
+type journalEntry struct {
+	key    string
+	limit  *policy.Limit
+	tokens int64
+}
+
+const maxJournal = 10_000
+
+func (j *journal) add(key string, lim *policy.Limit, tokens int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.entries == nil {
+		j.entries = map[string]*journalEntry{}
+	}
+	en := j.entries[key]
+	if en == nil {
+		if len(j.entries) >= maxJournal {
+			return
+		}
+		en = &journalEntry{key: key, limit: lim}
+		j.entries[key] = en
+	}
+	en.tokens += tokens
+}
+
+func (j *journal) take() []journalEntry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]journalEntry, 0, len(j.entries))
+	for _, en := range j.entries {
+		out = append(out, *en)
+	}
+	j.entries = nil
+	return out
+}
+
+// breaker is a circuit breaker on the calls to Redis. Closed, every call
+// goes through. After threshold failures in a row it opens: no call goes
+// through for the cooldown, then one call (the probe) does; its success
+// closes the breaker, its failure opens it again. Times are the engine's
+// clock, in µs.
+type breaker struct {
+	mu        sync.Mutex
+	state     breakerState
+	failures  int
+	openUntil int64
+	threshold int
+	cooldown  int64
+	// open mirrors state != closed for lock-free reads by status.
+	open atomic.Bool
+}
+
+type breakerState uint8
+
+const (
+	breakerClosed breakerState = iota
+	breakerOpen
+	breakerProbing
+)
+
+func (b *breaker) init(threshold int, cooldown time.Duration) {
+	b.threshold, b.cooldown = threshold, cooldown.Microseconds()
+}
+
+// allow reports whether a call may go to Redis now.
+func (b *breaker) allow(now int64) bool {
+	if !b.open.Load() {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case breakerClosed:
+		return true
+	case breakerOpen:
+		if now >= b.openUntil {
+			b.state = breakerProbing
+			return true
+		}
+	}
+	return false
+}
+
+// success records a call that worked; it reports whether the breaker was
+// open, that is, whether Redis just came back.
+func (b *breaker) success() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	was := b.state != breakerClosed
+	b.state, b.failures = breakerClosed, 0
+	b.open.Store(false)
+	return was
+}
+
+// failure records a call that failed at now.
+func (b *breaker) failure(now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures++
+	if b.state == breakerProbing || b.failures >= b.threshold {
+		b.state, b.openUntil = breakerOpen, now+b.cooldown
+		b.open.Store(true)
+	}
+}
+
+// waitUs is how long until the breaker lets a call through.
+func (b *breaker) waitUs(now int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == breakerOpen {
+		return max(b.openUntil-now, 1)
+	}
+	return b.cooldown
+}
+
+// fleet is what the heartbeats say about the plane's nodes.
+type fleet struct {
+	nodes atomic.Int64 // live nodes, this one included; at least 1
+}
+
+// heartbeatLoop beats while the plane is in central mode and resizes this
+// node's local share (used while degraded) when the fleet's size changes.
+func (b *central) heartbeatLoop() {
+	s := b.e.settings
+	ticker := time.NewTicker(s.heartbeatInterval)
+	defer ticker.Stop()
+	for {
+		if snap := b.snap.Load(); snap != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), s.heartbeatInterval)
+			n, err := lua.Heartbeat.Run(ctx, b.client, []string{snap.redisPrefix + "nodes"},
+				b.e.nodeID, strconv.FormatInt((3*s.heartbeatInterval).Milliseconds(), 10)).Int64()
+			cancel()
+			if err == nil && n >= 1 && n != b.fleet.nodes.Load() {
+				b.fleet.nodes.Store(n)
+				b.e.reshare()
+			}
+		}
+		select {
+		case <-b.stop:
+			if snap := b.snap.Load(); snap != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
+				_ = b.client.ZRem(ctx, snap.redisPrefix+"nodes", b.e.nodeID).Err() // leave the fleet at once
+				cancel()
+			}
+			return
+		case <-ticker.C:
+		}
+	}
+}
