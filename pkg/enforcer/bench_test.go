@@ -16,6 +16,10 @@ import (
 // benchPolicy is a plane of n named tenants over three endpoints with limits
 // at every level and a global limit far above the load: the uncontended case.
 func benchPolicy(b testing.TB, n int, globalRate int64, fairness string) *policy.Policy {
+	return compileYAML(b, benchPolicyYAML(n, globalRate, fairness))
+}
+
+func benchPolicyYAML(n int, globalRate int64, fairness string) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `%s
   global: {rate: %d, burst: %d}
@@ -44,7 +48,7 @@ spec: {endpoint: export, cost: 50, limit: {rate: 1000000, burst: 1000000}}
 	for i := range n {
 		fmt.Fprintf(&sb, "---\napiVersion: quotaplane.io/v1alpha1\nkind: TenantQuota\nmetadata: {name: t%d}\nspec: {tenant: t%d, tier: %s}\n", i, i, tiers[i%3])
 	}
-	return compileYAML(b, sb.String())
+	return sb.String()
 }
 
 func benchRequests(n int) []Request {

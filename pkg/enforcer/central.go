@@ -213,8 +213,8 @@ func (c *centralCall) decision(d *Decision) {
 // submit queues c for a batch and waits for its answer, at most the
 // decision deadline.
 func (b *central) submit(ctx context.Context, c *centralCall) error {
-	if !b.breaker.allow(b.e.clock()) {
-		return errRedisUnavailable
+	if b.breaker.blocked(b.e.clock()) {
+		return errRedisUnavailable // fail fast: no trip through the queue
 	}
 	timer := time.NewTimer(b.e.settings.redisTimeout)
 	defer timer.Stop()
@@ -292,6 +292,8 @@ func (b *central) run(ctx context.Context, now int64, batch []*centralCall) {
 }
 
 func (b *central) call(ctx context.Context, now int64, batch []*centralCall) error {
+	// While the breaker is open, batches fail at once (no trip to Redis)
+	// but for one probe per cooldown.
 	if !b.breaker.allow(b.e.clock()) {
 		return errRedisUnavailable
 	}

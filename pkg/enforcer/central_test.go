@@ -187,3 +187,89 @@ func TestCentralNeedsRedis(t *testing.T) {
 		t.Fatal("SetPolicy of a central plane without Redis succeeded")
 	}
 }
+
+// TestCentralOutage kills Redis for 5 s under load on two nodes: nothing
+// fails, each node enforces its share meanwhile (failureMode degrade), and
+// when Redis is back decisions go through it again without a burst.
+func TestCentralOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("8 s of real time")
+	}
+	srv := redistest.Start(t)
+	const rate, burst = 1000, 1000
+	p := compileYAML(t, withMode(planeHeader, "central")+sprintf("  global: {rate: %d, burst: %d}\n", rate, burst)+
+		"  tiers: [{name: t, weight: 1}]\n")
+	opts := []Option{WithHeartbeatInterval(50 * time.Millisecond), WithBreakerCooldown(100 * time.Millisecond)}
+	nodes := []*Engine{centralEngine(t, p, srv.Client(), "n0", opts...), centralEngine(t, p, srv.Client(), "n1", opts...)}
+	for _, e := range nodes {
+		waitFor(t, "both nodes counted", func() bool { return e.BackendStatus().Nodes == 2 })
+	}
+
+	type phase struct {
+		name     string
+		d        time.Duration
+		admitted atomic.Int64
+	}
+	phases := []*phase{{name: "before", d: time.Second}, {name: "outage", d: 5 * time.Second}, {name: "after", d: 2 * time.Second}}
+	var current atomic.Pointer[phase]
+	current.Store(phases[0])
+	stop := make(chan struct{})
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 { // 8 goroutines, 1 request per ms each: 8x the limit
+		wg.Go(func() {
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				d, err := nodes[i%2].Decide(context.Background(), Request{Tenant: sprintf("t%d", n%50), Endpoint: "x"})
+				if err != nil {
+					errs.Add(1)
+				} else if d.Allow {
+					current.Load().admitted.Add(1)
+				}
+			}
+		})
+	}
+	<-time.After(phases[0].d)
+	srv.Stop()
+	current.Store(phases[1])
+	<-time.After(phases[1].d)
+	during := nodes[0].BackendStatus()
+	srv.Restart()
+	current.Store(phases[2])
+	<-time.After(phases[2].d)
+	close(stop)
+	wg.Wait()
+
+	for _, ph := range phases {
+		t.Logf("%s (%s): admitted %d; rate × duration %d", ph.name, ph.d, ph.admitted.Load(), int64(ph.d.Seconds()*rate))
+	}
+	if errs.Load() != 0 {
+		t.Fatalf("%d decisions failed", errs.Load())
+	}
+	if !during.Degraded || during.Fallbacks == 0 {
+		t.Fatalf("during the outage: %+v, want degraded", during)
+	}
+	// Before: the burst plus the rate. During: each node its share of
+	// both. After: the debit of what the nodes admitted on their own
+	// leaves the fresh buckets empty, so only the rate (and the probe
+	// batches decided before the debit) pass.
+	limits := []int64{burst + rate, burst + 5*rate, 2*rate + 2*128}
+	for i, ph := range phases {
+		if got, limit := ph.admitted.Load(), limits[i]+limits[i]/50; got > limit {
+			t.Errorf("%s: admitted %d, more than %d", ph.name, got, limit)
+		}
+		if got := ph.admitted.Load(); got < int64(ph.d.Seconds()*rate)*8/10 {
+			t.Errorf("%s: admitted only %d", ph.name, got)
+		}
+	}
+	after := nodes[0].BackendStatus()
+	if after.Degraded || after.Decisions <= during.Decisions {
+		t.Fatalf("after the outage: %+v, want central decisions again", after)
+	}
+}

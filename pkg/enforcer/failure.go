@@ -161,6 +161,17 @@ func (b *breaker) allow(now int64) bool {
 	return false
 }
 
+// blocked reports, without changing anything, whether the breaker is open
+// and its cooldown still running.
+func (b *breaker) blocked(now int64) bool {
+	if !b.open.Load() {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == breakerProbing || b.state == breakerOpen && now < b.openUntil
+}
+
 // success records a call that worked; it reports whether the breaker was
 // open, that is, whether Redis just came back.
 func (b *breaker) success() bool {

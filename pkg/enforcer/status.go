@@ -157,3 +157,31 @@ func (e *Engine) PlaneStatusAt(now time.Time) PlaneStatus {
 	s.Tenants = int(e.tenants.count.Load())
 	return s
 }
+
+// BackendStatus says which backend decides and how it fares.
+type BackendStatus struct {
+	// Mode is the plane's backend: local, central or local-reconciled.
+	Mode string
+	// Degraded is true while Redis is unavailable and the plane's
+	// failureMode decides.
+	Degraded bool
+	// Nodes is the live nodes of the fleet as the heartbeats count them
+	// (1 in mode local).
+	Nodes int64
+	// ScriptCalls, Decisions and Failures count the calls of decide.lua,
+	// the decisions they made and the calls that failed; Fallbacks counts
+	// decisions made by the failureMode.
+	ScriptCalls, Decisions, Failures, Fallbacks int64
+}
+
+// BackendStatus reports the backend in force.
+func (e *Engine) BackendStatus() BackendStatus {
+	s := BackendStatus{Mode: e.policy.Load().Spec().Mode, Nodes: 1}
+	if c := e.central; c != nil {
+		s.Degraded = c.breaker.open.Load()
+		s.Nodes = c.fleet.nodes.Load()
+		s.ScriptCalls, s.Decisions = c.stats.calls.Load(), c.stats.decisions.Load()
+		s.Failures, s.Fallbacks = c.stats.failures.Load(), c.stats.degraded.Load()
+	}
+	return s
+}

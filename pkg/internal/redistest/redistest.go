@@ -23,6 +23,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+func init() {
+	// Servers are stopped on purpose here; the client's log of failed
+	// dials is noise in test output.
+	redis.SetLogger(quiet{})
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
 // startTimeout bounds how long a server may take to answer PING.
 const startTimeout = 10 * time.Second
 
