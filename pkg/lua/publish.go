@@ -1,0 +1,74 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Publish stores the next version of a plane's policy and announces it; see
+// publish.lua for its contract. RunPublish is its typed form.
+var Publish = load("publish.lua")
+
+// PublishOutcome says what one call of Publish did.
+type PublishOutcome int
+
+const (
+	// PublishConflict: the caller's version was not current + 1; nothing
+	// changed and the reply's version is the current one.
+	PublishConflict PublishOutcome = -1
+	// PublishUnchanged: the current version already has this content.
+	PublishUnchanged PublishOutcome = 0
+	// PublishStored: the encoding is stored as the reply's version, which is
+	// now current, and the notice is published.
+	PublishStored PublishOutcome = 1
+)
+
+func (o PublishOutcome) String() string {
+	switch o {
+	case PublishConflict:
+		return "conflict"
+	case PublishUnchanged:
+		return "unchanged"
+	case PublishStored:
+		return "stored"
+	}
+	return fmt.Sprintf("PublishOutcome(%d)", int(o))
+}
+
+// PublishArgs are the arguments of one call of Publish.
+type PublishArgs struct {
+	Hash     string // content hash of the policy
+	Encoding []byte // the policy encoded as Version
+	Version  int64  // the version Encoding carries: current + 1
+	Keep     int    // how many versions to keep, >= 1
+	Channel  string // pub/sub channel for the notice
+}
+
+// PublishReply is the reply of one call of Publish.
+type PublishReply struct {
+	Version int64 // the stored version, or the current one (0: none)
+	Outcome PublishOutcome
+}
+
+// RunPublish calls Publish on the policy hash key with a's arguments.
+func RunPublish(ctx context.Context, c redis.Scripter, key string, a PublishArgs) (PublishReply, error) {
+	vals, err := Publish.Run(ctx, c, []string{key}, a.Hash, a.Encoding, a.Keep, a.Channel, a.Version).Int64Slice()
+	if err != nil {
+		return PublishReply{}, err
+	}
+	return parsePublishReply(vals)
+}
+
+func parsePublishReply(vals []int64) (PublishReply, error) {
+	if len(vals) != 2 {
+		return PublishReply{}, fmt.Errorf("lua: publish.lua replied %v, want {version, outcome}", vals)
+	}
+	r := PublishReply{Version: vals[0], Outcome: PublishOutcome(vals[1])}
+	switch r.Outcome {
+	case PublishConflict, PublishUnchanged, PublishStored:
+		return r, nil
+	}
+	return PublishReply{}, fmt.Errorf("lua: publish.lua replied outcome %d, want -1, 0 or 1", vals[1])
+}
