@@ -1,0 +1,48 @@
+// Package store keeps compiled policies in Redis: the manager publishes each
+// plane's policy as numbered versions, enforcers read the current one and
+// follow new ones.
+//
+// # Layout
+//
+// Everything of plane P sits under the hash tag {P}, so every call touches
+// one Redis Cluster slot (PolicyKey names it):
+//
+//	qp:{P}:policy   hash
+//	    current     the current version number N (decimal)
+//	    hash        the content hash (hex SHA-256) of version N
+//	    v<n>        policy.Encode of version n, for the last K versions
+//	qp:{P}:policy   pub/sub channel; the payload is a new N (decimal)
+//
+// A version's encoding is its policy with that version number inside
+// (p.WithVersion(n).Encode()), so it stands alone.
+//
+// # Guarantees
+//
+// Publish is one atomic script call (pkg/lua/publish.lua): it stores a new
+// version only when the content hash differs from the current one, so
+// republishing the same compiled plane changes nothing and wakes nobody.
+// Versions are consecutive; concurrent publishers of different content get
+// different versions and none is lost (a stale publisher retries). Old
+// versions beyond the last K are dropped in the same call.
+//
+// Nothing read from Redis is trusted: Current, Get and Watch decode with
+// policy.Decode, which revalidates the content and checks its hash, and also
+// check that the blob names the plane, the version and (for the current
+// version) the content hash the hash fields record. A blob that fails is an
+// ErrCorrupt error naming the plane and the version.
+//
+// Watch subscribes to the channel and also polls the current version, since
+// pub/sub notices are fire-and-forget and a subscription drops when Redis
+// restarts; every notice, every (re)subscription and every tick runs the same
+// read-compare-deliver step. While Redis keeps its data, delivered versions
+// strictly increase, each is delivered once, and a corrupt version is
+// reported and skipped, the last good policy staying in force. Versions
+// published faster than Watch reads may be passed over: it delivers the
+// newest it reads.
+//
+// Redis without persistence loses the hash on a restart; the next publish is
+// version 1 again. A watcher that reads a version below the one it delivered,
+// or the same version with other content, has seen such a reset: it reports
+// ErrReset and follows the new history (delivering its current version)
+// rather than waiting for its old version number to come back.
+package store
