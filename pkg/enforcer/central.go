@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -53,8 +54,12 @@ type centralCall struct {
 	epLim     *policy.Limit
 	keyLim    *policy.Limit
 	cost      int64
-	keys      [lua.DecideRequestKeys]string
-	args      [lua.DecideRequestArgs]int64
+	reserve   int64 // token·µs of the global bucket the request must leave
+	mayBorrow bool
+	// keys and limits of the tenant, borrow allowance, endpoint and api key
+	// levels; a nil limit means the level has no limit
+	keys      [4]string
+	limits    [4]*policy.Limit
 	reply     [lua.DecideReplyFields]int64
 	decidedAt int64 // µs, the script's time
 	err       error
@@ -102,7 +107,7 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 		return err
 	}
 	if now != 0 {
-		b.run(ctx, now, []*centralCall{call})
+		b.run(ctx, now, []*centralCall{call}, &batchArgs{})
 	} else {
 		err = b.submit(ctx, call)
 	}
@@ -144,18 +149,18 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 	}
 	prefix := snap.redisPrefix
 	holder := strconv.Itoa(len(r.Tenant)) + ":" + r.Tenant
-	c.keys[0] = levelKey(prefix+"t:"+holder, t.Limit)
-	c.keys[1] = prefix + "a:" + holder
-	c.keys[2] = levelKey(prefix+"e:"+holder+":"+r.Endpoint, c.epLim)
-	c.keys[3] = levelKey(prefix+"k:"+holder+":"+r.APIKey, c.keyLim)
-	c.args[0] = c.cost
-	c.args[1] = snap.reserves[snap.tierRank[t.Tier]]
-	if p.MayBorrow(&t) {
-		c.args[2] = 1
+	c.reserve = snap.reserves[snap.tierRank[t.Tier]]
+	c.mayBorrow = p.MayBorrow(&t)
+	c.limits = [4]*policy.Limit{t.Limit, nil, c.epLim, c.keyLim}
+	if c.mayBorrow {
+		c.limits[1] = snap.borrowCeiling
 	}
-	limitArgs(c.args[3:7], t.Limit)
-	limitArgs(c.args[7:11], c.epLim)
-	limitArgs(c.args[11:15], c.keyLim)
+	c.keys = [4]string{
+		levelKey(prefix+"t:"+holder, t.Limit),
+		prefix + "a:" + holder,
+		levelKey(prefix+"e:"+holder+":"+r.Endpoint, c.epLim),
+		levelKey(prefix+"k:"+holder+":"+r.APIKey, c.keyLim),
+	}
 	return c, nil
 }
 
@@ -166,18 +171,6 @@ func levelKey(name string, lim *policy.Limit) string {
 		return name + ":w"
 	}
 	return name
-}
-
-func limitArgs(out []int64, lim *policy.Limit) {
-	if lim == nil {
-		out[0] = lua.AlgorithmNone
-		return
-	}
-	out[0] = lua.AlgorithmTokenBucket
-	if lim.Algorithm == policy.SlidingWindow {
-		out[0] = lua.AlgorithmSlidingWindow
-	}
-	out[1], out[2], out[3] = lim.Rate, lim.Burst, lim.PeriodMicros()
 }
 
 // decision turns the script's reply into d.
@@ -241,6 +234,7 @@ func (b *central) submit(ctx context.Context, c *centralCall) error {
 func (b *central) batchLoop() {
 	s := b.e.settings
 	batch := make([]*centralCall, 0, s.batchSize)
+	var args batchArgs
 	for {
 		var first *centralCall
 		select {
@@ -274,15 +268,15 @@ func (b *central) batchLoop() {
 				}
 			}
 		}
-		b.run(context.Background(), 0, batch)
+		b.run(context.Background(), 0, batch, &args)
 		clear(batch)
 	}
 }
 
 // run decides a batch in one script call at now (0: Redis TIME) and
 // completes every call.
-func (b *central) run(ctx context.Context, now int64, batch []*centralCall) {
-	err := b.call(ctx, now, batch)
+func (b *central) run(ctx context.Context, now int64, batch []*centralCall, args *batchArgs) {
+	err := b.call(ctx, now, batch, args)
 	for _, c := range batch {
 		if err != nil {
 			c.err = err
@@ -291,33 +285,17 @@ func (b *central) run(ctx context.Context, now int64, batch []*centralCall) {
 	}
 }
 
-func (b *central) call(ctx context.Context, now int64, batch []*centralCall) error {
+func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf *batchArgs) error {
 	// While the breaker is open, batches fail at once (no trip to Redis)
 	// but for one probe per cooldown.
 	if !b.breaker.allow(b.e.clock()) {
 		return errRedisUnavailable
 	}
-	snap := batch[0].snap
-	g := snap.global
-	keys := make([]string, 0, lua.DecidePlaneKeys+lua.DecideRequestKeys*len(batch))
-	args := make([]any, 0, lua.DecidePlaneArgs+lua.DecideRequestArgs*len(batch))
-	keys = append(keys, snap.redisPrefix+"g", snap.redisPrefix+"pool")
-	args = append(args, now, len(batch), g.Rate, g.Burst, g.PeriodMicros())
-	if pool := snap.pool; pool != nil {
-		args = append(args, pool.Rate, pool.Burst, pool.PeriodMicros(), snap.borrowCeiling.Burst)
-	} else {
-		args = append(args, 0, 0, 1, 0)
-	}
-	for _, c := range batch {
-		keys = append(keys, c.keys[:]...)
-		for _, a := range c.args {
-			args = append(args, a)
-		}
-	}
+	buf.build(batch)
 	ctx, cancel := context.WithTimeout(ctx, b.e.settings.redisTimeout)
 	defer cancel()
 	b.stats.calls.Add(1)
-	reply, err := lua.Decide.Run(ctx, b.client, keys, args...).Int64Slice()
+	reply, err := lua.Decide.Run(ctx, b.client, buf.keys, now, buf.limits, buf.requests).Int64Slice()
 	if err == nil && len(reply) != 1+lua.DecideReplyFields*len(batch) {
 		err = fmt.Errorf("decide.lua answered %d values for %d requests", len(reply), len(batch))
 	}
@@ -335,6 +313,65 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall) err
 		copy(c.reply[:], reply[1+i*lua.DecideReplyFields:])
 	}
 	return nil
+}
+
+// batchArgs is a batch in decide.lua's form: each distinct key once, with
+// its limit, and the requests as indexes into the keys. A worker reuses one.
+type batchArgs struct {
+	index    map[string]int64
+	keys     []string
+	limits   []byte
+	requests []byte
+}
+
+func (a *batchArgs) build(batch []*centralCall) {
+	if a.index == nil {
+		a.index = map[string]int64{}
+	}
+	clear(a.index)
+	a.keys, a.limits, a.requests = a.keys[:0], a.limits[:0], a.requests[:0]
+	snap := batch[0].snap
+	a.add(snap.redisPrefix+"g", snap.global)
+	a.add(snap.redisPrefix+"pool", snap.pool)
+	for _, c := range batch {
+		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.cost))
+		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.reserve))
+		var borrow uint64
+		if c.mayBorrow {
+			borrow = 1
+		}
+		a.requests = binary.LittleEndian.AppendUint64(a.requests, borrow)
+		for i, key := range c.keys {
+			var idx int64
+			if c.limits[i] != nil {
+				idx = a.add(key, c.limits[i])
+			}
+			a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(idx))
+		}
+	}
+}
+
+// add returns key's index in KEYS (from 1), adding it with its limit the
+// first time. A key's limit is the first request's: every request of a batch
+// but the rare one that straddles a policy swap resolves it the same way.
+func (a *batchArgs) add(key string, lim *policy.Limit) int64 {
+	if idx, ok := a.index[key]; ok {
+		return idx
+	}
+	a.keys = append(a.keys, key)
+	idx := int64(len(a.keys))
+	a.index[key] = idx
+	var alg, rate, burst, period int64
+	if lim != nil {
+		alg, rate, burst, period = lua.AlgorithmTokenBucket, lim.Rate, lim.Burst, lim.PeriodMicros()
+		if lim.Algorithm == policy.SlidingWindow {
+			alg = lua.AlgorithmSlidingWindow
+		}
+	}
+	for _, v := range [...]int64{alg, rate, burst, period} {
+		a.limits = binary.LittleEndian.AppendUint64(a.limits, uint64(v))
+	}
+	return idx
 }
 
 // defaultNodeID is the host name and a random suffix: unique per process.

@@ -160,7 +160,8 @@ func WithBatchSize(n int) Option { return func(e *Engine) { e.settings.batchSize
 func WithBatchWindow(d time.Duration) Option { return func(e *Engine) { e.settings.batchWindow = d } }
 
 // WithRedisConcurrency sets how many script calls may be in flight at once
-// in central mode (default 4).
+// in central mode (default 2: one call in Redis while the next batch
+// forms; more only shrink the batches).
 func WithRedisConcurrency(n int) Option { return func(e *Engine) { e.settings.redisConcurrency = n } }
 
 // WithBreakerCooldown sets how long the circuit breaker stays open after
@@ -196,7 +197,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		redisTimeout:      50 * time.Millisecond,
 		batchSize:         128,
 		batchQueue:        4096,
-		redisConcurrency:  4,
+		redisConcurrency:  2,
 		breakerThreshold:  3,
 		breakerCooldown:   time.Second,
 		heartbeatInterval: time.Second,

@@ -28,22 +28,19 @@ for i, key in ipairs(KEYS) do
   local cap = burst * per
   local level, last = cap, now
   local v = redis.call('GET', key)
-  if v then
-    local l, t, p = string.match(v, '^(-?%d+):(%d+):(%d+)$')
-    l, t, p = tonumber(l), tonumber(t), tonumber(p)
-    if l then
-      if p ~= per then
-        if l >= burst * p then l = cap else l = math.floor(l * per / p) end
-      end
-      level, last = math.min(l, cap), t
+  if v and #v == 24 then
+    local l, t, p = struct.unpack('<i8i8i8', v)
+    if p ~= per then
+      if l >= burst * p then l = cap else l = math.floor(l * per / p) end
     end
+    level, last = math.min(l, cap), t
   end
   if now > last then
     if rate > 0 then level = math.min(level + (now - last) * rate, cap) end
     last = now
   end
   level = math.max(level - tokens * per, 0)
-  local value = string.format('%d:%d:%d', level, last, per)
+  local value = struct.pack('<i8i8i8', level, last, per)
   if rate > 0 then
     redis.call('SET', key, value, 'PX', string.format('%d', math.ceil((cap - level) / rate / 1000) + 1000))
   else

@@ -6,13 +6,10 @@ var Decide = load("decide.lua")
 
 // The shape of a Decide call; decide.lua's header is the contract.
 const (
-	// DecidePlaneArgs is how many ARGV come before the first request.
-	DecidePlaneArgs = 9
-	// DecidePlaneKeys is how many KEYS come before the first request.
-	DecidePlaneKeys = 2
-	// DecideRequestArgs and DecideRequestKeys are each request's share.
-	DecideRequestArgs = 15
-	DecideRequestKeys = 4
+	// DecideLimitFields is the int64 fields of a key's limit in ARGV[2].
+	DecideLimitFields = 4
+	// DecideRequestFields is the int64 fields of a request in ARGV[3].
+	DecideRequestFields = 7
 	// DecideReplyFields is each request's share of the reply, after the
 	// reply's first element (the time the script decided at).
 	DecideReplyFields = 6

@@ -1,29 +1,24 @@
 -- decide.lua: decide a batch of requests against a plane's hierarchy, in
--- order, atomically: the global bucket, then per request the tenant bucket
+-- order, atomically: the global bucket, then per request the tenant limit
 -- (with borrowing from the burst pool up to the tenant's allowance), the
 -- endpoint limit and the api key limit. It is the Go engine's decision
 -- (pkg/enforcer, decideLocked with no fair-share pacing) in Lua: the same
 -- integer arithmetic, the same order, the same answers.
 --
--- KEYS[1]            global bucket
--- KEYS[2]            burst pool bucket (any name when there is no pool)
--- KEYS[3+4(i-1)+0]   request i: tenant limit
--- KEYS[3+4(i-1)+1]   request i: tenant borrow allowance (ceiling bucket)
--- KEYS[3+4(i-1)+2]   request i: endpoint limit (per tenant)
--- KEYS[3+4(i-1)+3]   request i: api key limit (per tenant)
---   All keys share one hash tag: one call touches one cluster slot.
---
+-- KEYS     the distinct keys the batch touches, each once: KEYS[1] is the
+--          global bucket, KEYS[2] the burst pool (any name without a
+--          pool). All keys share one hash tag: one call, one cluster slot.
 -- ARGV[1]  now in µs, or 0 to read Redis TIME (what production does: one
 --          clock for the whole fleet; a given time is for simulations and
 --          tests that replay the Go engine)
--- ARGV[2]  n, the number of requests
--- ARGV[3..5]  global: rate, burst, period µs (a token bucket)
--- ARGV[6..9]  pool: rate, burst (0: no pool), period µs, borrow ceiling
--- ARGV[10+15(i-1)...] request i, 15 fields:
---   cost, reserve (token·µs of the global bucket the request must leave:
---   tier floors), may borrow (0|1), then for the tenant, endpoint and key
---   levels each: algorithm (0 none, 1 token bucket, 2 sliding window),
---   rate, burst, period µs.
+-- ARGV[2]  the limit on each key: #KEYS records of 4 little-endian int64,
+--          algorithm (0 none, 1 token bucket, 2 sliding window), rate,
+--          burst, period µs
+-- ARGV[3]  the requests: records of 7 little-endian int64, cost, reserve
+--          (token·µs of the global bucket the request must leave: tier
+--          floors), may borrow (0|1), then the indexes in KEYS of its
+--          tenant limit, borrow allowance, endpoint limit and api key limit
+--          (0: the level has no limit)
 --
 -- Returns {now, then per request 6 integers: allowed (0|1), level (0 none,
 -- 1 global, 2 tenant, 3 endpoint, 4 key), reason (0 none, 1 global,
@@ -34,30 +29,40 @@
 -- µs), so refill is exact integer arithmetic. Policy bounds burst × period
 -- to 2^53, where doubles are still exact integers.
 --
--- State: a bucket is the string "level:last:period" (level in token·µs,
--- last refill µs, the period the level is scaled by); a missing bucket is
--- full. A sliding window is a list of "at:cost" entries, oldest first; a
--- missing window is empty. Keys are written only when a request debits
--- them, once per call however many requests touch them, with an expiry at
--- the time they would be full (or empty) again, when losing them changes
--- nothing. Buckets with rate 0 never refill and never expire.
+-- State: a bucket is 24 bytes, three little-endian int64: level in
+-- token·µs, last refill µs, and the period the level is scaled by (binary:
+-- packing and unpacking is C, where formatting and parsing text is Lua and
+-- garbage); a missing bucket is full. A sliding window is a list of "at:cost" entries, oldest first; a
+-- missing window is empty. A key is read at most once per call, when a
+-- request first needs it, and written at most once, when a request debited
+-- it, with an expiry at the time it would be full (or empty) again, when
+-- losing it changes nothing. Buckets with rate 0 never refill and never
+-- expire.
 --
 -- Side effects: debits the levels of allowed requests; denied requests
 -- change nothing.
 --
--- Complexity: O(n) key reads and writes, each distinct key read and
--- written at most once; a sliding window costs O(entries) ≤ its rate.
--- A denied borrowing request costs up to 32 more evaluations (bisection
--- for its retry time), in Lua only.
+-- Complexity: O(requests + distinct keys); a sliding window costs
+-- O(entries) ≤ its rate. A denied borrowing request costs up to 32 more
+-- evaluations (bisection for its retry time), in Lua only.
 
 local HOUR = 3600000000
 local INF = math.huge
+local unpack4 = '<i8i8i8i8'
+local unpack7 = '<i8i8i8i8i8i8i8'
+local BUCKET_FORMAT = '<i8i8i8'
+
+-- A level's state is an array; these name its slots.
+local BUCKET, LEVEL, LAST, RATE, BURST, PER, CAP, INV, FILL, DIRTY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+-- windows: BUCKET false, then
+local SUM, HEAD, AT, COST, LOADED, LATEST = 2, 3, 4, 5, 6, 7
 
 local now = tonumber(ARGV[1])
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local limits, requests = ARGV[2], ARGV[3]
 
 -- floor(a / b) for integers a ≥ 0, b > 0 up to 2^53, exactly: the float
 -- quotient is off by at most one.
@@ -71,142 +76,135 @@ local function idiv(a, b)
   return q
 end
 
-local states = {} -- key -> state, loaded once per call
-local order = {}  -- keys in load order, for the write-back
+local states = {} -- index in KEYS -> state, loaded on first use
 
-local function bucket(key, rate, burst, per)
-  local b = states[key]
-  if b then return b end
-  local cap = burst * per
-  b = {bucket = true, key = key, rate = rate, burst = burst, per = per, cap = cap, inv = 1 / per,
-    fill = (rate > 0) and math.ceil(cap / rate) or INF, level = cap, last = now}
-  local v = redis.call('GET', key)
-  if v then
-    local l, t, p = string.match(v, '^(-?%d+):(%d+):(%d+)$')
-    l, t, p = tonumber(l), tonumber(t), tonumber(p)
-    if l then
+-- level returns the state of KEYS[i], or nil when i is 0 or it has no limit.
+local function level(i)
+  if i == 0 then return nil end
+  local s = states[i]
+  if s then return s end
+  local alg, rate, burst, per = struct.unpack(unpack4, limits, 32 * (i - 1) + 1)
+  if alg == 1 then
+    local cap = burst * per
+    s = {true, cap, now, rate, burst, per, cap, 1 / per, (rate > 0) and math.ceil(cap / rate) or INF, false}
+    local v = redis.call('GET', KEYS[i])
+    if v and #v == 24 then
+      local l, t, p = struct.unpack(BUCKET_FORMAT, v)
       if p ~= per then -- the period changed: rescale the tokens
         if l >= burst * p then l = cap else l = math.floor(l * per / p) end
       end
-      b.level, b.last = math.min(l, cap), t
+      s[LEVEL], s[LAST] = math.min(l, cap), t
     end
+  elseif alg == 2 then
+    s = {false, 0, 1, {}, {}, 0, 0, false, false, false, rate, per}
+    local at, cost = s[AT], s[COST]
+    local items = redis.call('LRANGE', KEYS[i], 0, -1)
+    for j, item in ipairs(items) do
+      local a, c = string.match(item, '^(%d+):(%d+)$')
+      at[j], cost[j] = tonumber(a), tonumber(c)
+      s[SUM] = s[SUM] + cost[j]
+      s[LATEST] = at[j]
+    end
+    s[LOADED] = #items
+  else
+    return nil
   end
-  states[key] = b
-  order[#order + 1] = key
-  return b
+  states[i] = s
+  return s
 end
-
-local function window(key, rate, per)
-  local w = states[key]
-  if w then return w end
-  w = {bucket = false, key = key, rate = rate, per = per, at = {}, cost = {}, head = 1, sum = 0, loaded = 0, latest = 0}
-  local items = redis.call('LRANGE', key, 0, -1)
-  for i, item in ipairs(items) do
-    local at, c = string.match(item, '^(%d+):(%d+)$')
-    w.at[i], w.cost[i] = tonumber(at), tonumber(c)
-    w.sum = w.sum + w.cost[i]
-    w.latest = w.at[i]
-  end
-  w.loaded = #items
-  states[key] = w
-  order[#order + 1] = key
-  return w
-end
-
--- level returns the state of one level, or nil when it has no limit.
-local function level(key, alg, rate, burst, per)
-  if alg == 1 then return bucket(key, rate, burst, per) end
-  if alg == 2 then return window(key, rate, per) end
-  return nil
-end
+-- a window keeps its rate and period in slots 11 and 12
+local WRATE, WPER = 11, 12
 
 local function settle(s)
-  if s.bucket then
-    if now > s.last then
-      local elapsed = now - s.last
-      s.last = now
-      if elapsed >= s.fill then
-        s.level = s.cap
+  if s[BUCKET] then
+    if now > s[LAST] then
+      local elapsed = now - s[LAST]
+      s[LAST] = now
+      if elapsed >= s[FILL] then
+        s[LEVEL] = s[CAP]
       else
-        s.level = math.min(s.level + elapsed * s.rate, s.cap)
+        s[LEVEL] = math.min(s[LEVEL] + elapsed * s[RATE], s[CAP])
       end
     end
     return
   end
-  s.latest = math.max(s.latest, now)
-  local t = s.latest
-  while s.head <= #s.at and s.at[s.head] <= t - s.per do
-    s.sum = s.sum - s.cost[s.head]
-    s.head = s.head + 1
+  if now > s[LATEST] then s[LATEST] = now end
+  local t, at, cost, h = s[LATEST] - s[WPER], s[AT], s[COST], s[HEAD]
+  while at[h] and at[h] <= t do
+    s[SUM] = s[SUM] - cost[h]
+    h = h + 1
   end
+  s[HEAD] = h
 end
 
 local function covers(s, cost)
-  if s.bucket then return cost <= s.burst and cost * s.per <= s.level end
-  return s.sum + cost <= s.rate
+  if s[BUCKET] then return cost <= s[BURST] and cost * s[PER] <= s[LEVEL] end
+  return s[SUM] + cost <= s[WRATE]
 end
 
 local function never(s, cost)
-  if s.bucket then return cost > s.burst end
-  return cost > s.rate
+  if s[BUCKET] then return cost > s[BURST] end
+  return cost > s[WRATE]
 end
 
 local function take(s, cost)
-  if s.bucket then
-    s.level = s.level - cost * s.per
+  if s[BUCKET] then
+    s[LEVEL] = s[LEVEL] - cost * s[PER]
   else
-    s.latest = math.max(s.latest, now)
-    s.at[#s.at + 1], s.cost[#s.cost + 1] = s.latest, cost
-    s.sum = s.sum + cost
+    if now > s[LATEST] then s[LATEST] = now end
+    local n = #s[AT] + 1
+    s[AT][n], s[COST][n] = s[LATEST], cost
+    s[SUM] = s[SUM] + cost
   end
-  s.dirty = true
+  s[DIRTY] = true
 end
 
 local function remaining(s)
-  if not s.bucket then return math.max(s.rate - s.sum, 0) end
-  if s.level <= 0 then return -idiv(-s.level + s.per - 1, s.per) end
-  return idiv(s.level, s.per)
+  if not s[BUCKET] then return math.max(s[WRATE] - s[SUM], 0) end
+  local l = s[LEVEL]
+  if l <= 0 then return -idiv(-l + s[PER] - 1, s[PER]) end
+  return idiv(l, s[PER])
 end
 
 local function estimate(s)
-  if not s.bucket then return math.max(s.rate - s.sum, 0) end
-  return s.level * s.inv
+  if not s[BUCKET] then return math.max(s[WRATE] - s[SUM], 0) end
+  return s[LEVEL] * s[INV]
 end
 
 -- the tokens s would hold at time at, without changing it
 local function remaining_at(s, at)
-  if s.bucket then
-    local c = {bucket = true, level = s.level, last = s.last, rate = s.rate, cap = s.cap, fill = s.fill, per = s.per}
+  if s[BUCKET] then
+    local c = {true, s[LEVEL], s[LAST], s[RATE], s[BURST], s[PER], s[CAP], s[INV], s[FILL]}
     local saved = now
     now = at
     settle(c)
     now = saved
     return remaining(c)
   end
-  local t = math.max(at, s.latest)
-  local sum = s.sum
-  for i = s.head, #s.at do
-    if s.at[i] > t - s.per then break end
-    sum = sum - s.cost[i]
+  local t = math.max(at, s[LATEST]) - s[WPER]
+  local sum, times, costs = s[SUM], s[AT], s[COST]
+  for i = s[HEAD], #times do
+    if times[i] > t then break end
+    sum = sum - costs[i]
   end
-  return math.max(s.rate - sum, 0)
+  return math.max(s[WRATE] - sum, 0)
 end
 
 -- µs until a bucket holds need token·µs
 local function bucket_wait(s, need)
-  need = need - s.level
+  need = need - s[LEVEL]
   if need <= 0 then return 1 end
-  if s.rate == 0 then return INF end
-  return math.max(idiv(need + s.rate - 1, s.rate) + math.max(s.last - now, 0), 1)
+  if s[RATE] == 0 then return INF end
+  return math.max(idiv(need + s[RATE] - 1, s[RATE]) + math.max(s[LAST] - now, 0), 1)
 end
 
 local function retry_after(s, cost)
   if never(s, cost) then return INF end
-  if s.bucket then return bucket_wait(s, cost * s.per) end
-  local excess = s.sum + cost - s.rate
-  for i = s.head, #s.at do
-    excess = excess - s.cost[i]
-    if excess <= 0 then return math.max(s.at[i] + s.per - now, 1) end
+  if s[BUCKET] then return bucket_wait(s, cost * s[PER]) end
+  local excess, times, costs = s[SUM] + cost - s[WRATE], s[AT], s[COST]
+  for i = s[HEAD], #times do
+    excess = excess - costs[i]
+    if excess <= 0 then return math.max(times[i] + s[WPER] - now, 1) end
   end
   return 1
 end
@@ -230,26 +228,23 @@ local function borrow_wait(own, allowance, pool, cost, own_wait)
   return hi
 end
 
-local n = tonumber(ARGV[2])
-local g = bucket(KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
-local pool_rate, pool_burst, pool_per, ceiling = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-local pool = nil
-if pool_burst > 0 then pool = bucket(KEYS[2], pool_rate, pool_burst, pool_per) end
+local g = level(1)
+local pool = level(2)
 
 local out = {now}
-for i = 1, n do
-  local a, k = 10 + 15 * (i - 1), 3 + 4 * (i - 1)
-  local cost, reserve, may_borrow = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), ARGV[a + 2] == '1'
-  local tl = level(KEYS[k], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+local o = 1
+for pos = 1, #requests, 56 do
+  local cost, reserve, may_borrow, ti, ai, ei, ki = struct.unpack(unpack7, requests, pos)
+  local tl = level(ti)
   local lower, lower_s, reason, borrow = 0, nil, 0, 0
   local allowance, el, kl = nil, nil, nil
   if tl then
     settle(tl)
     if not covers(tl, cost) then
       lower, lower_s, reason = 2, tl, 3
-      if may_borrow and pool and not never(tl, cost) then
+      if may_borrow == 1 and pool and not never(tl, cost) then
         local short = math.max(cost - remaining(tl), 0)
-        allowance = bucket(KEYS[k + 1], pool_rate, ceiling, pool_per)
+        allowance = level(ai)
         settle(allowance)
         if covers(allowance, short) then
           lower, borrow = 0, short
@@ -260,14 +255,14 @@ for i = 1, n do
     end
   end
   if lower == 0 then
-    el = level(KEYS[k + 2], tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]))
+    el = level(ei)
     if el then
       settle(el)
       if not covers(el, cost) then lower, lower_s, reason = 3, el, 6 end
     end
   end
   if lower == 0 then
-    kl = level(KEYS[k + 3], tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12]), tonumber(ARGV[a + 13]), tonumber(ARGV[a + 14]))
+    kl = level(ki)
     if kl then
       settle(kl)
       if not covers(kl, cost) then lower, lower_s, reason = 4, kl, 7 end
@@ -275,14 +270,14 @@ for i = 1, n do
   end
 
   settle(g)
-  local global_ok = cost <= g.burst and cost * g.per + reserve <= g.level
+  local global_ok = cost <= g[BURST] and cost * g[PER] + reserve <= g[LEVEL]
   if global_ok and borrow > 0 then
     settle(pool)
     if not covers(pool, borrow) then lower, lower_s, reason = 2, tl, 5 end
   end
-  local allow = global_ok and lower == 0
-  local lvl, retry, rem, borrowed = 0, 0, 0, 0
-  if allow then
+  local allowed, lvl, retry, rem, borrowed = 0, 0, 0, 0, 0
+  if global_ok and lower == 0 then
+    allowed = 1
     take(g, cost)
     if tl and cost - borrow > 0 then take(tl, cost - borrow) end
     if borrow > 0 then
@@ -295,54 +290,50 @@ for i = 1, n do
     -- the tokens left at the tightest level, compared by estimate
     rem = remaining(g)
     local tightest, est = nil, rem
-    for _, s in ipairs({tl or false, el or false, kl or false}) do
-      if s and estimate(s) < est then tightest, est = s, estimate(s) end
-    end
+    if tl and estimate(tl) < est then tightest, est = tl, estimate(tl) end
+    if el and estimate(el) < est then tightest, est = el, estimate(el) end
+    if kl and estimate(kl) < est then tightest = kl end
     if tightest then rem = math.min(remaining(tightest), rem) end
     reason = 0
   elseif not global_ok then
     lvl, reason, rem = 1, 1, remaining(g)
-    if never(g, cost) or cost * g.per + reserve > g.cap then
+    if never(g, cost) or cost * g[PER] + reserve > g[CAP] then
       retry = INF
     else
-      retry = bucket_wait(g, cost * g.per + reserve)
+      retry = bucket_wait(g, cost * g[PER] + reserve)
     end
     if reserve > 0 and covers(g, cost) then reason = 2 end
   else
     lvl, rem = lower, remaining(lower_s)
     retry = retry_after(lower_s, cost)
-    if lower == 2 and may_borrow and pool then
+    if lower == 2 and may_borrow == 1 and pool then
       settle(pool)
       retry = borrow_wait(tl, allowance, pool, cost, retry)
     end
   end
   if retry > HOUR then retry = HOUR end
-  out[#out + 1] = allow and 1 or 0
-  out[#out + 1] = lvl
-  out[#out + 1] = reason
-  out[#out + 1] = retry
-  out[#out + 1] = rem
-  out[#out + 1] = borrowed
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, lvl, reason, retry, rem, borrowed
+  o = o + 6
 end
 
 -- Write back what changed, once per key.
-for _, key in ipairs(order) do
-  local s = states[key]
-  if s.dirty then
-    if s.bucket then
-      local v = string.format('%d:%d:%d', s.level, s.last, s.per)
-      if s.rate > 0 then
-        local ms = math.ceil((s.cap - s.level) / s.rate / 1000) + 1000
-        redis.call('SET', key, v, 'PX', string.format('%d', ms))
+for i, s in pairs(states) do
+  if s[DIRTY] then
+    if s[BUCKET] then
+      local v = struct.pack(BUCKET_FORMAT, s[LEVEL], s[LAST], s[PER])
+      if s[RATE] > 0 then
+        local ms = math.ceil((s[CAP] - s[LEVEL]) / s[RATE] / 1000) + 1000
+        redis.call('SET', KEYS[i], v, 'PX', string.format('%d', ms))
       else
-        redis.call('SET', key, v)
+        redis.call('SET', KEYS[i], v)
       end
     else
-      if s.head > 1 then redis.call('LTRIM', key, s.head - 1, -1) end
-      for i = s.loaded + 1, #s.at do
-        redis.call('RPUSH', key, string.format('%d:%d', s.at[i], s.cost[i]))
+      local at, cost = s[AT], s[COST]
+      if s[HEAD] > 1 then redis.call('LTRIM', KEYS[i], s[HEAD] - 1, -1) end
+      for j = s[LOADED] + 1, #at do
+        redis.call('RPUSH', KEYS[i], string.format('%d:%d', at[j], cost[j]))
       end
-      redis.call('PEXPIRE', key, string.format('%d', math.ceil(s.per / 1000) + 1000))
+      redis.call('PEXPIRE', KEYS[i], string.format('%d', math.ceil(s[WPER] / 1000) + 1000))
     end
   end
 end
