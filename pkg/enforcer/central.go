@@ -79,11 +79,17 @@ func newCentral(e *Engine, c redis.UniversalClient) *central {
 	}
 	b.breaker.init(s.breakerThreshold, s.breakerCooldown)
 	b.fleet.nodes.Store(1)
-	for range s.redisConcurrency {
+	return b
+}
+
+// start starts the workers and the background loops of both distributed
+// backends; each idles while the plane is in another mode.
+func (b *central) start() {
+	for range b.e.settings.redisConcurrency {
 		b.workers.Go(b.batchLoop)
 	}
 	b.workers.Go(b.heartbeatLoop)
-	return b
+	b.workers.Go(func() { b.e.reconciler.loop(b.stop) })
 }
 
 // close stops the workers once the queued calls are decided.

@@ -42,9 +42,10 @@ type Engine struct {
 	ticks       sync.WaitGroup // ticks started by Decide, which Close waits for
 	settings    settings
 
-	redis   redis.UniversalClient // nil: mode local only
-	nodeID  string
-	central *central // with redis
+	redis      redis.UniversalClient // nil: mode local only
+	nodeID     string
+	central    *central    // with redis
+	reconciler *reconciler // with redis
 }
 
 // planeState is the state shared by every tenant: the global bucket and the
@@ -54,6 +55,10 @@ type planeState struct {
 	snap   *snapshot
 	global limiter
 	pool   limiter
+	// offered and admitted count the cost of arrivals that passed the
+	// levels below global, and of those admitted: the node's demand and
+	// consumption, which local-reconciled mode pushes to the fleet.
+	offered, admitted int64
 }
 
 type settings struct {
@@ -229,10 +234,19 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	e.queue.init(s.maxQueue)
 	if e.redis != nil {
 		e.central = newCentral(e, e.redis)
+		e.reconciler = newReconciler(e)
 	}
 	if err := e.installLocked(p, 0); err != nil {
 		e.Close()
 		return nil, err
+	}
+	if e.central != nil {
+		if p.Spec().Mode == "local-reconciled" {
+			// Size this node's share before its first decision: until
+			// then it would enforce the whole plane.
+			e.reconciler.reconcile()
+		}
+		e.central.start()
 	}
 	return e, nil
 }
@@ -267,7 +281,7 @@ func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 // this node's share of it for the engine's own state. swapMu is held (or
 // the engine is new).
 func (e *Engine) installLocked(p *policy.Policy, now int64) error {
-	local, err := p.Share(e.shareOf(p))
+	local, err := e.localPolicy(p)
 	if err != nil {
 		return err
 	}
@@ -288,18 +302,24 @@ func (e *Engine) installLocked(p *policy.Policy, now int64) error {
 func (e *Engine) reshare() {
 	e.swapMu.Lock()
 	defer e.swapMu.Unlock()
-	p := e.policy.Load()
-	if local, err := p.Share(e.shareOf(p)); err == nil {
+	if local, err := e.localPolicy(e.policy.Load()); err == nil {
 		e.installLocalLocked(local, e.clock())
 	}
 }
 
-// shareOf is the fraction of p this node enforces on its own.
-func (e *Engine) shareOf(p *policy.Policy) float64 {
-	if p.Spec().Mode == "local" || e.central == nil {
-		return 1
+// localPolicy is what this node enforces on its own of p: all of it in mode
+// local; in the distributed modes, its share of every limit among the live
+// nodes (policy.Share), which central mode enforces while Redis is
+// unavailable; local-reconciled mode always, at the share its reconcile
+// loop sizes by demand.
+func (e *Engine) localPolicy(p *policy.Policy) (*policy.Policy, error) {
+	switch mode := p.Spec().Mode; {
+	case e.central == nil || mode == "local":
+		return p, nil
+	case mode == "local-reconciled":
+		return p.Share(e.reconciler.fraction())
 	}
-	return 1 / float64(e.central.fleet.nodes.Load())
+	return p.Share(1 / float64(e.central.fleet.nodes.Load()))
 }
 
 // checkBackend rejects a policy whose mode the engine cannot run.
@@ -308,8 +328,6 @@ func (e *Engine) checkBackend(p *policy.Policy) error {
 	case mode == "local":
 	case e.redis == nil:
 		return fmt.Errorf("enforcer: plane %s has mode %s, which needs Redis: give the engine one with WithRedis", p.Plane(), mode)
-	case mode == "local-reconciled":
-		return fmt.Errorf("enforcer: plane %s: mode local-reconciled is not implemented yet", p.Plane())
 	}
 	return nil
 }
@@ -577,6 +595,9 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	}
 	g := &pl.global
 	g.settle(now)
+	if lower == LevelNone && mode == arrival {
+		pl.offered += cost
+	}
 	var reserve int64
 	switch {
 	case snap.fairness == fairNone:
@@ -603,6 +624,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	)
 	if allow {
 		g.take(cost, now)
+		pl.admitted += cost
 		if borrow > 0 {
 			pl.pool.take(borrow, now)
 		}

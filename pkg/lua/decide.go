@@ -41,3 +41,7 @@ var Heartbeat = load("heartbeat.lua")
 // Debit is debit.lua: tokens a node admitted on its own, debited from the
 // fleet's buckets.
 var Debit = load("debit.lua")
+
+// Reconcile is reconcile.lua: a node's push of what it admitted and pull of
+// the fleet's view, in local-reconciled mode.
+var Reconcile = load("reconcile.lua")

@@ -1,0 +1,131 @@
+package enforcer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// reconciledPlane is a plane in local-reconciled mode with the given global
+// rate (burst one second of it) and reconcile interval.
+func reconciledPlane(t testing.TB, rate int, interval time.Duration) *policy.Policy {
+	return compileYAML(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: "+interval.String())+
+		sprintf("  global: {rate: %d, burst: %d}\n  fairness: none\n  tiers: [{name: t, weight: 1}]\n", rate, rate))
+}
+
+// offer sends requests to the nodes in turn at about perSecond for d
+// (an open loop paced by a ticker: arrivals do not wait for answers) and
+// returns how many were offered and admitted.
+func offer(t testing.TB, nodes []*Engine, perSecond int, d time.Duration) (offered, admitted int64) {
+	const tick = time.Millisecond
+	perTick := max(perSecond/int(time.Second/tick), 1)
+	var ok, all atomic.Int64
+	var wg sync.WaitGroup
+	for i, e := range nodes {
+		wg.Go(func() {
+			ticker := time.NewTicker(tick)
+			defer ticker.Stop()
+			deadline := time.Now().Add(d)
+			for n := 0; time.Now().Before(deadline); n++ {
+				<-ticker.C
+				for j := i; j < perTick; j += len(nodes) {
+					d, err := e.Decide(context.Background(), Request{Tenant: sprintf("t%d", (n+j)%64), Endpoint: "x"})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					all.Add(1)
+					if d.Allow {
+						ok.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return all.Load(), ok.Load()
+}
+
+// TestReconciledOverage: 8 nodes offered twice the global limit admit at
+// most 5% over it at a 200ms reconcile interval, both over the whole run
+// from a cold start (the limit then includes the burst) and in the steady
+// state after a warm-up of three intervals; 50ms and 1s are measured for
+// the curve.
+func TestReconciledOverage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of real time")
+	}
+	srv := redistest.Start(t)
+	const rate, nodes = 4000, 8
+	const d = 4 * time.Second
+	for _, interval := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, time.Second} {
+		if err := srv.Client().FlushDB(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		p := reconciledPlane(t, rate, interval)
+		var fleet []*Engine
+		for i := range nodes {
+			fleet = append(fleet, newEngine(t, p, WithRedis(srv.Client()), WithNodeID(sprintf("n%d", i))))
+		}
+		warmUp := max(3*interval, time.Second)
+		start := time.Now()
+		_, warm := offer(t, fleet, 2*rate, warmUp)
+		steadyStart := time.Now()
+		offered, admitted := offer(t, fleet, 2*rate, d)
+		end := time.Now()
+		for _, e := range fleet {
+			e.Close()
+		}
+		whole := float64(warm+admitted)/(rate*end.Sub(start).Seconds()+rate) - 1 // the refill plus the burst
+		steady := float64(admitted)/(rate*end.Sub(steadyStart).Seconds()) - 1
+		t.Logf("reconcileInterval %s: overage %+.2f%% from a cold start (%s), %+.2f%% in the steady state (%s, offered %d, admitted %d)",
+			interval, 100*whole, end.Sub(start).Round(time.Millisecond), 100*steady, end.Sub(steadyStart).Round(time.Millisecond), offered, admitted)
+		if offered < int64(1.5*rate*d.Seconds()) {
+			t.Fatalf("offered only %d: the load did not exceed the limit", offered)
+		}
+		if interval == 200*time.Millisecond && (whole > 0.05 || steady > 0.05) {
+			t.Errorf("overage at 200ms over 5%%")
+		}
+		if whole < -0.10 || steady < -0.10 {
+			t.Errorf("admitted more than 10%% below the limit: capacity left unused")
+		}
+	}
+}
+
+// TestReconciledNodeLoss: when a node stops reconciling (it crashed), the
+// others take its share within the liveness ttl.
+func TestReconciledNodeLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	const interval = 50 * time.Millisecond
+	p := reconciledPlane(t, 1000, interval)
+	var fleet []*Engine
+	var clients []*redis.Client
+	for i := range 4 {
+		c := srv.Client()
+		clients = append(clients, c)
+		fleet = append(fleet, newEngine(t, p, WithRedis(c), WithNodeID(sprintf("n%d", i))))
+	}
+	waitFor(t, "four nodes", func() bool { return fleet[0].BackendStatus().Nodes == 4 })
+	clients[3].Close() // node 3 can no longer reach Redis: to the fleet it is dead
+	lost := time.Now()
+	waitFor(t, "three nodes, each enforcing a third of the rate (1000/3, rounded)", func() bool {
+		for _, e := range fleet[:3] {
+			if e.BackendStatus().Nodes != 3 || e.snap.Load().global.Rate != 333 {
+				return false
+			}
+		}
+		return true
+	})
+	seen := time.Since(lost)
+	t.Logf("node loss seen after %s (ttl %s)", seen.Round(time.Millisecond), 3*interval)
+	if seen > 3*interval+2*interval {
+		t.Errorf("the loss took %s to see; want the ttl and a reconcile, %s", seen, 5*interval)
+	}
+}
