@@ -2,7 +2,6 @@ package enforcer
 
 import (
 	"context"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,53 +28,6 @@ func withMode(yaml, mode string, extra ...string) string {
 func centralEngine(t testing.TB, p *policy.Policy, c redis.UniversalClient, id string, opts ...Option) *Engine {
 	t.Helper()
 	return newEngine(t, p, append([]Option{WithRedis(c), WithNodeID(id)}, opts...)...)
-}
-
-// TestCentralMatchesEngine replays long random sequences of decisions on
-// random planes through decide.lua (DecideAt gives the script its time) and
-// through the Go engine in mode local: every field of every decision must be
-// the same. Fairness is none (tier floors as reserves): that is what central
-// mode enforces (see doc.go).
-func TestCentralMatchesEngine(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client()
-	const planes, steps = 12, 1500
-	var total, denied, borrowed int
-	for seed := uint64(1); seed <= planes; seed++ {
-		rng := rand.New(rand.NewPCG(seed, 77))
-		pl := orcRandomPlane(rng, "none", false)
-		local := newEngine(t, compileYAML(t, pl.yaml))
-		if err := client.FlushDB(context.Background()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		central := centralEngine(t, compileYAML(t, withMode(pl.yaml, "central")), client, "n1")
-		tempo := []int64{100, 1000, 10_000}[rng.IntN(3)]
-		now := epoch.UnixMicro() + 1_000_000
-		for step := range steps {
-			now += max(orcStep(rng, tempo), 0) // Redis time never goes back
-			r := orcRandomRequest(rng, &pl)
-			want, werr := local.DecideAt(time.UnixMicro(now), r)
-			got, gerr := central.DecideAt(time.UnixMicro(now), r)
-			if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
-				t.Fatalf("plane %d step %d %+v: error %v, engine says %v", seed, step, r, gerr, werr)
-			}
-			if !orcSame(got, want) || got.Reason != want.Reason {
-				t.Fatalf("plane %d step %d at %dµs %+v:\ncentral %s %q\nengine  %s %q\n%s", seed, step, now, r,
-					orcFmt(got), got.Reason, orcFmt(want), want.Reason, pl.yaml)
-			}
-			total++
-			if werr == nil && !want.Allow {
-				denied++
-			}
-			if want.Borrowed > 0 {
-				borrowed++
-			}
-		}
-	}
-	t.Logf("%d decisions agree (%d denied, %d borrowed)", total, denied, borrowed)
-	if denied < total/10 || borrowed == 0 {
-		t.Fatalf("the sequences exercise too little: %d denied, %d borrowed of %d", denied, borrowed, total)
-	}
 }
 
 // TestCentralExact: 2,000 goroutines on 4 engines (4 nodes) against a global

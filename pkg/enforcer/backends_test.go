@@ -1,0 +1,93 @@
+package enforcer
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+)
+
+// The backends the behaviour suite runs against. Each is exact on one node
+// with the plane's limits, so the Go engine in mode local is its reference
+// model: local-reconciled on one node enforces the whole plane (its global
+// level is trued up only downward, and planes here keep the fleet's level
+// far above it), and central with Redis stopped degrades to the node's
+// share, the whole plane on one node.
+var backends = []struct {
+	name, mode string
+	hugeGlobal bool // the backend reconciles its global level in real time: keep it out of reach
+	redisDown  bool
+}{
+	{name: "central", mode: "central"},
+	{name: "central/redis-down", mode: "central", redisDown: true},
+	{name: "local-reconciled", mode: "local-reconciled", hugeGlobal: true},
+}
+
+// TestBackendsMatchEngine replays long random sequences of decisions on
+// random planes (every level, tier floors, borrowing, sliding windows,
+// unknown tenants and endpoints) through each backend and through the Go
+// engine in mode local: every field of every decision, its reason and its
+// error must be the same. DecideAt gives every backend the time, also the
+// script. Fairness is none (tier floors as reserves), what central mode
+// enforces (see doc.go).
+func TestBackendsMatchEngine(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			if b.redisDown {
+				srv.Restart()
+			}
+			client := srv.Client()
+			const planes, steps = 10, 1200
+			var total, denied, borrowed, degraded int64
+			for seed := uint64(1); seed <= planes; seed++ {
+				rng := rand.New(rand.NewPCG(seed, 77))
+				pl := orcRandomPlane(rng, "none", b.hugeGlobal)
+				local := newEngine(t, compileYAML(t, pl.yaml))
+				if err := client.FlushDB(context.Background()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				e := newEngine(t, compileYAML(t, withMode(pl.yaml, b.mode)), WithRedis(client), WithNodeID("n1"),
+					WithBreakerCooldown(time.Hour))
+				if b.redisDown {
+					srv.Stop()
+				}
+				tempo := []int64{100, 1000, 10_000}[rng.IntN(3)]
+				now := epoch.UnixMicro() + 1_000_000
+				for step := range steps {
+					now += max(orcStep(rng, tempo), 0) // Redis time never goes back
+					r := orcRandomRequest(rng, &pl)
+					want, werr := local.DecideAt(time.UnixMicro(now), r)
+					got, gerr := e.DecideAt(time.UnixMicro(now), r)
+					if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+						t.Fatalf("plane %d step %d %+v: error %v, engine says %v", seed, step, r, gerr, werr)
+					}
+					if !orcSame(got, want) || got.Reason != want.Reason {
+						t.Fatalf("plane %d step %d at %dµs %+v:\n%s %s %q\nengine  %s %q\n%s", seed, step, now, r, b.name,
+							orcFmt(got), got.Reason, orcFmt(want), want.Reason, pl.yaml)
+					}
+					total++
+					if werr == nil && !want.Allow {
+						denied++
+					}
+					if want.Borrowed > 0 {
+						borrowed++
+					}
+				}
+				degraded += e.BackendStatus().Fallbacks
+				if b.redisDown {
+					srv.Restart()
+				}
+			}
+			t.Logf("%d decisions agree (%d denied, %d borrowed, %d by the failure mode)", total, denied, borrowed, degraded)
+			if denied < total/20 || borrowed == 0 {
+				t.Fatalf("the sequences exercise too little: %d denied, %d borrowed of %d", denied, borrowed, total)
+			}
+			if b.redisDown != (degraded > 0) {
+				t.Fatalf("%d decisions by the failure mode", degraded)
+			}
+		})
+	}
+}
