@@ -134,6 +134,14 @@ type QuotaPlaneSpec struct {
 	// +optional
 	ReconcileInterval *metav1.Duration `json:"reconcileInterval,omitempty"`
 
+	// shards is how many Redis Cluster slots the plane's central state
+	// spreads over (mode central). Each tenant lives in one shard with a part
+	// of the global limit, rebalanced by demand. Default 1: one slot, exact.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	Shards int32 `json:"shards,omitempty"`
+
 	// fairness is how contended global capacity is shared: none, maxmin, wfq or drr. Default maxmin.
 	// +optional
 	Fairness Fairness `json:"fairness,omitempty"`

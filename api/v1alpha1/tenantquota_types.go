@@ -56,6 +56,15 @@ type TenantQuotaSpec struct {
 	// +optional
 	Hard *bool `json:"hard,omitempty"`
 
+	// shards splits a whale tenant's buckets over this many of the plane's
+	// shards (mode central), each with an even part of its limits, so that
+	// its traffic is not bound to one Redis key's throughput. An api key's
+	// requests stay in one part. Default 1; at most the plane's shards.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	Shards *int32 `json:"shards,omitempty"`
+
 	// keys override the tier's per-key limit for named api keys.
 	// +optional
 	// +listType=map

@@ -476,6 +476,11 @@ func (in *TenantQuotaSpec) DeepCopyInto(out *TenantQuotaSpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.Shards != nil {
+		in, out := &in.Shards, &out.Shards
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Keys != nil {
 		in, out := &in.Keys, &out.Keys
 		*out = make([]KeyQuota, len(*in))

@@ -14,7 +14,8 @@ import (
 // model: local-reconciled on one node enforces the whole plane (its global
 // level is trued up only downward, and planes here keep the fleet's level
 // far above it), and central with Redis stopped degrades to the node's
-// share, the whole plane on one node.
+// share, the whole plane on one node. Reconciles (and so the fleet's
+// level, in real time) stay out of the replay: the interval is an hour.
 var backends = []struct {
 	name, mode string
 	hugeGlobal bool // the backend reconciles its global level in real time: keep it out of reach
@@ -49,7 +50,7 @@ func TestBackendsMatchEngine(t *testing.T) {
 				if err := client.FlushDB(context.Background()).Err(); err != nil {
 					t.Fatal(err)
 				}
-				e := newEngine(t, compileYAML(t, withMode(pl.yaml, b.mode)), WithRedis(client), WithNodeID("n1"),
+				e := newEngine(t, compileYAML(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
 					WithBreakerCooldown(time.Hour))
 				if b.redisDown {
 					srv.Stop()

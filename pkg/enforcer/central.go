@@ -38,6 +38,7 @@ type central struct {
 	breaker breaker
 	fleet   fleet
 	journal journal
+	shards  shards
 
 	stats centralStats
 }
@@ -56,8 +57,10 @@ type centralCall struct {
 	cost      int64
 	reserve   int64 // token·µs of the global bucket the request must leave
 	mayBorrow bool
+	shard     int // the shard that decides it (shards.go)
 	// keys and limits of the tenant, borrow allowance, endpoint and api key
-	// levels; a nil limit means the level has no limit
+	// levels; a nil limit means the level has no limit. They are the
+	// policy's, or a split tenant's part of them.
 	keys      [4]string
 	limits    [4]*policy.Limit
 	reply     [lua.DecideReplyFields]int64
@@ -89,6 +92,7 @@ func (b *central) start() {
 		b.workers.Go(b.batchLoop)
 	}
 	b.workers.Go(b.heartbeatLoop)
+	b.workers.Go(b.rebalanceLoop)
 	b.workers.Go(func() { b.e.reconciler.loop(b.stop) })
 }
 
@@ -113,7 +117,7 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 		return err
 	}
 	if now != 0 {
-		b.run(ctx, now, []*centralCall{call}, &batchArgs{})
+		b.run(ctx, now, []*centralCall{call}, &batchBuffers{})
 	} else {
 		err = b.submit(ctx, call)
 	}
@@ -153,13 +157,23 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 	if r.APIKey != "" {
 		c.keyLim = p.KeyLimit(&t, r.APIKey)
 	}
-	prefix := snap.redisPrefix
+	shard, parts := b.shards.shardOf(len(snap.shardPrefixes), &t, r.APIKey)
+	c.shard = shard
+	prefix := snap.shardPrefixes[shard]
 	holder := strconv.Itoa(len(r.Tenant)) + ":" + r.Tenant
 	c.reserve = snap.reserves[snap.tierRank[t.Tier]]
 	c.mayBorrow = p.MayBorrow(&t)
 	c.limits = [4]*policy.Limit{t.Limit, nil, c.epLim, c.keyLim}
 	if c.mayBorrow {
 		c.limits[1] = snap.borrowCeiling
+	}
+	if parts > 1 { // a split tenant: this part's share of its own limits
+		for _, i := range []int{0, 1, 2} {
+			if l := c.limits[i]; l != nil {
+				part := l.Share(1/float64(parts), snap.maxCost)
+				c.limits[i] = &part
+			}
+		}
 	}
 	c.keys = [4]string{
 		levelKey(prefix+"t:"+holder, t.Limit),
@@ -236,20 +250,26 @@ func (b *central) submit(ctx context.Context, c *centralCall) error {
 
 // batchLoop is one worker: it takes a call, adds whatever else is queued
 // (up to the batch size, waiting at most the batch window for more) and
-// decides them in one script call. After close it drains the queue.
+// decides them in one script call per shard. A batch holds calls of one
+// policy snapshot; a call of another starts the next batch. After close it
+// drains the queue.
 func (b *central) batchLoop() {
 	s := b.e.settings
 	batch := make([]*centralCall, 0, s.batchSize)
-	var args batchArgs
+	var buf batchBuffers
+	var carry *centralCall // the first call of the next batch
 	for {
-		var first *centralCall
-		select {
-		case first = <-b.batches:
-		case <-b.stop:
+		first := carry
+		carry = nil
+		if first == nil {
 			select {
 			case first = <-b.batches:
-			default:
-				return
+			case <-b.stop:
+				select {
+				case first = <-b.batches:
+				default:
+					return
+				}
 			}
 		}
 		batch = append(batch[:0], first)
@@ -259,66 +279,141 @@ func (b *central) batchLoop() {
 		}
 	fill:
 		for len(batch) < s.batchSize {
+			var c *centralCall
 			select {
-			case c := <-b.batches:
-				batch = append(batch, c)
+			case c = <-b.batches:
 			default:
 				if window == nil {
 					break fill
 				}
 				select {
-				case c := <-b.batches:
-					batch = append(batch, c)
+				case c = <-b.batches:
 				case <-window:
 					break fill
 				}
 			}
+			if c.snap != first.snap {
+				carry = c
+				break fill
+			}
+			batch = append(batch, c)
 		}
-		b.run(context.Background(), 0, batch, &args)
+		b.run(context.Background(), 0, batch, &buf)
 		clear(batch)
 	}
 }
 
-// run decides a batch in one script call at now (0: Redis TIME) and
-// completes every call.
-func (b *central) run(ctx context.Context, now int64, batch []*centralCall, args *batchArgs) {
-	err := b.call(ctx, now, batch, args)
+// run decides a batch at now (0: Redis TIME) and completes every call.
+func (b *central) run(ctx context.Context, now int64, batch []*centralCall, buf *batchBuffers) {
+	b.call(ctx, now, batch, buf)
 	for _, c := range batch {
-		if err != nil {
-			c.err = err
-		}
 		close(c.done)
 	}
 }
 
-func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf *batchArgs) error {
+// call decides a batch of calls of one snapshot: one script call per shard
+// the batch touches, pipelined when there are several. It sets each call's
+// reply or err.
+func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf *batchBuffers) {
 	// While the breaker is open, batches fail at once (no trip to Redis)
 	// but for one probe per cooldown.
 	if !b.breaker.allow(b.e.clock()) {
-		return errRedisUnavailable
+		for _, c := range batch {
+			c.err = errRedisUnavailable
+		}
+		return
 	}
-	buf.build(batch)
+	snap := batch[0].snap
+	k := len(snap.shardPrefixes)
 	ctx, cancel := context.WithTimeout(ctx, b.e.settings.redisTimeout)
 	defer cancel()
-	b.stats.calls.Add(1)
-	reply, err := lua.Decide.Run(ctx, b.client, buf.keys, now, buf.limits, buf.requests).Int64Slice()
-	if err == nil && len(reply) != 1+lua.DecideReplyFields*len(batch) {
-		err = fmt.Errorf("decide.lua answered %d values for %d requests", len(reply), len(batch))
+	buf.split(batch, k)
+	var err error
+	if k == 1 {
+		args := buf.args(0)
+		args.build(b, snap, 0, batch)
+		b.stats.calls.Add(1)
+		err = b.decided(batch, lua.Decide.Run(ctx, b.client, args.keys, now, args.limits, args.requests, 0))
+	} else {
+		buf.calls = buf.calls[:0]
+		for shard, part := range buf.parts {
+			if len(part) == 0 {
+				continue
+			}
+			args := buf.args(shard)
+			args.build(b, snap, shard, part)
+			buf.calls = append(buf.calls, lua.Call{Keys: args.keys, Args: []any{now, args.limits, args.requests, 1}})
+		}
+		b.stats.calls.Add(int64(len(buf.calls)))
+		err = lua.Decide.RunPipelined(ctx, b.client, buf.calls)
+		i := 0
+		for _, part := range buf.parts {
+			if len(part) == 0 {
+				continue
+			}
+			if cerr := b.decided(part, buf.calls[i].Cmd); cerr != nil && err == nil {
+				err = cerr
+			}
+			i++
+		}
 	}
-	if err != nil {
+	if err != nil { // decided set the err of every call it could not decide
 		b.stats.failures.Add(1)
 		b.breaker.failure(b.e.clock())
-		return fmt.Errorf("%w: %w", errRedisUnavailable, err)
+		return
 	}
 	if b.breaker.success() {
 		b.recovered()
 	}
-	b.stats.decisions.Add(int64(len(batch)))
-	for i, c := range batch {
+}
+
+// decided sets the calls' replies from one script call's, or their err.
+func (b *central) decided(calls []*centralCall, cmd *redis.Cmd) error {
+	reply, err := cmd.Int64Slice()
+	if err == nil && len(reply) != 1+lua.DecideReplyFields*len(calls) {
+		err = fmt.Errorf("decide.lua answered %d values for %d requests", len(reply), len(calls))
+	}
+	if err != nil {
+		for _, c := range calls {
+			c.err = fmt.Errorf("%w: %w", errRedisUnavailable, err)
+		}
+		return err
+	}
+	b.stats.decisions.Add(int64(len(calls)))
+	for i, c := range calls {
 		c.decidedAt = reply[0]
 		copy(c.reply[:], reply[1+i*lua.DecideReplyFields:])
 	}
 	return nil
+}
+
+// batchBuffers are a worker's reusable buffers: the batch split by shard
+// and each shard's script arguments.
+type batchBuffers struct {
+	parts  [][]*centralCall
+	shards []batchArgs
+	calls  []lua.Call
+}
+
+func (bb *batchBuffers) split(batch []*centralCall, k int) {
+	for len(bb.parts) < k {
+		bb.parts = append(bb.parts, nil)
+	}
+	bb.parts = bb.parts[:k]
+	for i := range bb.parts {
+		clear(bb.parts[i])
+		bb.parts[i] = bb.parts[i][:0]
+	}
+	for _, c := range batch {
+		bb.parts[c.shard] = append(bb.parts[c.shard], c)
+	}
+}
+
+func (bb *batchBuffers) args(shard int) *batchArgs {
+	for len(bb.shards) <= shard {
+		bb.shards = append(bb.shards, batchArgs{})
+	}
+	return &bb.shards[shard]
 }
 
 // batchArgs is a batch in decide.lua's form: each distinct key once, with
@@ -330,15 +425,28 @@ type batchArgs struct {
 	requests []byte
 }
 
-func (a *batchArgs) build(batch []*centralCall) {
+// build fills a with the calls of one shard: the shard's part of the
+// global limit and of the pool first, then each call's levels.
+func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centralCall) {
 	if a.index == nil {
 		a.index = map[string]int64{}
 	}
 	clear(a.index)
 	a.keys, a.limits, a.requests = a.keys[:0], a.limits[:0], a.requests[:0]
-	snap := batch[0].snap
-	a.add(snap.redisPrefix+"g", snap.global)
-	a.add(snap.redisPrefix+"pool", snap.pool)
+	prefix := snap.shardPrefixes[shard]
+	global, pool := snap.global, snap.pool
+	if k := len(snap.shardPrefixes); k > 1 {
+		w := b.shards.weight(shard, k)
+		g := global.Share(w, snap.maxCost)
+		global = &g
+		if pool != nil {
+			p := pool.Share(w, snap.maxCost)
+			pool = &p
+		}
+	}
+	a.add(prefix+"g", global)
+	a.add(prefix+"pool", pool)
+	a.add(prefix+"d", nil)
 	for _, c := range batch {
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.cost))
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.reserve))

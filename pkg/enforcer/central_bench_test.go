@@ -136,3 +136,39 @@ func runLatencies(b *testing.B, decide func(i int) bool) {
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(admitted)/float64(total), "admitted")
 }
+
+// BenchmarkCentralCluster measures a whale's decisions through a 3-master
+// Redis Cluster: its buckets in one slot (one shard), or split over three
+// (the plane's and the tenant's spec.shards). The cluster shares this
+// machine's cores with the benchmark, so the split shows what it costs and
+// how the work spreads, not the relief of three separate machines.
+//
+//	make bench PKGS=./pkg/enforcer BENCH=CentralCluster BENCHTIME=5s
+func BenchmarkCentralCluster(b *testing.B) {
+	cluster := redistest.StartCluster(b, 3)
+	client := cluster.Client(b)
+	ctx := context.Background()
+	for _, shards := range []int{1, 3} {
+		b.Run(fmt.Sprintf("whale/shards=%d", shards), func(b *testing.B) {
+			plane, whale := "", ""
+			if shards > 1 {
+				plane, whale = fmt.Sprintf("shards: %d", shards), fmt.Sprintf(", shards: %d", shards)
+			}
+			p := compileYAML(b, withMode(benchPolicyYAML(10, 1_000_000_000, "none"), "central", plane)+fmt.Sprintf(`---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: whale}
+spec: {tenant: whale, tier: enterprise%s}
+`, whale))
+			e := newEngine(b, p, WithRedis(client), WithNodeID("bench"), WithRedisTimeout(time.Second))
+			reqs := make([]Request, 64)
+			for i := range reqs {
+				reqs[i] = Request{Tenant: "whale", Endpoint: "read", APIKey: fmt.Sprintf("k%d", i)}
+			}
+			runLatencies(b, func(i int) bool {
+				d, err := e.Decide(ctx, reqs[i%len(reqs)])
+				return err == nil && d.Allow
+			})
+		})
+	}
+}

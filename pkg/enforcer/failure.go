@@ -39,7 +39,7 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error
 		return err
 	}
 	if d.Allow {
-		b.journal.add(c.snap.redisPrefix+"g", c.snap.global, d.Cost)
+		b.journal.add(c.snap.shardPrefixes[c.shard]+"g", c.snap.global, d.Cost)
 		if t := c.tenant.Limit; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
 			b.journal.add(c.keys[0], t, d.Cost-d.Borrowed)
 		}

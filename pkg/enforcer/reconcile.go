@@ -92,14 +92,13 @@ func newReconciler(e *Engine) *reconciler {
 func (r *reconciler) fraction() float64 { return math.Float64frombits(r.share.Load()) }
 
 // loop runs reconciles while the plane is in local-reconciled mode, at the
-// policy's interval, until stop closes; then it pushes what is pending and
-// leaves the fleet.
+// policy's interval (New runs the first), until stop closes; then it
+// pushes what is pending and leaves the fleet.
 func (r *reconciler) loop(stop <-chan struct{}) {
 	for {
-		interval := time.Second
+		interval := time.Second // while the plane is in another mode
 		if p := r.e.policy.Load(); p.Spec().Mode == "local-reconciled" {
 			interval = p.Spec().ReconcileInterval
-			r.reconcile()
 		}
 		select {
 		case <-stop:
@@ -111,6 +110,9 @@ func (r *reconciler) loop(stop <-chan struct{}) {
 			}
 			return
 		case <-time.After(interval):
+		}
+		if r.e.policy.Load().Spec().Mode == "local-reconciled" {
+			r.reconcile()
 		}
 	}
 }

@@ -43,13 +43,16 @@ type snapshot struct {
 	// known maps the tenants the policy names to their (shared, long-lived) state.
 	known map[string]*tenantState
 
-	fairness     fairnessMode
-	mode         string // the plane's backend: local, central or local-reconciled
-	failureMode  string // what the distributed backends do while Redis is unavailable
-	redisPrefix  string // the prefix of the plane's Redis keys (planeKey)
-	denyUnknown  bool
-	denyEndpoint bool
-	maxCost      int64 // the largest endpoint cost, at least 1
+	fairness    fairnessMode
+	mode        string // the plane's backend: local, central or local-reconciled
+	failureMode string // what the distributed backends do while Redis is unavailable
+	redisPrefix string // the prefix of the plane's Redis keys (planeKey)
+	// shardPrefixes are the key prefixes of the plane's shards (shards.go);
+	// one, redisPrefix, unless the plane is split.
+	shardPrefixes []string
+	denyUnknown   bool
+	denyEndpoint  bool
+	maxCost       int64 // the largest endpoint cost, at least 1
 
 	global        *policy.Limit
 	globalPerSec  float64       // the global limit's refill rate in tokens per second
@@ -113,19 +116,20 @@ const (
 func newSnapshot(p *policy.Policy) *snapshot {
 	spec := p.Spec()
 	s := &snapshot{
-		policy:       p,
-		endpoints:    p.Endpoints(),
-		known:        make(map[string]*tenantState, len(spec.Tenants)),
-		fairness:     parseFairness(spec.Fairness),
-		mode:         spec.Mode,
-		failureMode:  spec.FailureMode,
-		redisPrefix:  planeKey(p),
-		denyUnknown:  spec.UnknownTenants == "deny",
-		denyEndpoint: spec.UnknownEndpoints == "deny",
-		maxCost:      1,
-		global:       &spec.Global,
-		tierRank:     make(map[string]int, len(spec.Tiers)),
-		reasons:      map[reasonKey]string{},
+		policy:        p,
+		endpoints:     p.Endpoints(),
+		known:         make(map[string]*tenantState, len(spec.Tenants)),
+		fairness:      parseFairness(spec.Fairness),
+		mode:          spec.Mode,
+		failureMode:   spec.FailureMode,
+		redisPrefix:   planeKey(p),
+		shardPrefixes: shardPrefixes(p),
+		denyUnknown:   spec.UnknownTenants == "deny",
+		denyEndpoint:  spec.UnknownEndpoints == "deny",
+		maxCost:       1,
+		global:        &spec.Global,
+		tierRank:      make(map[string]int, len(spec.Tiers)),
+		reasons:       map[reasonKey]string{},
 	}
 	s.globalPerSec = perSecond(spec.Global)
 	if bp := spec.BurstPool; bp != nil {

@@ -7,7 +7,8 @@
 --
 -- KEYS     the distinct keys the batch touches, each once: KEYS[1] is the
 --          global bucket, KEYS[2] the burst pool (any name without a
---          pool). All keys share one hash tag: one call, one cluster slot.
+--          pool), KEYS[3] the demand counter (see ARGV[4]). All keys share
+--          one hash tag: one call, one cluster slot.
 -- ARGV[1]  now in µs, or 0 to read Redis TIME (what production does: one
 --          clock for the whole fleet; a given time is for simulations and
 --          tests that replay the Go engine)
@@ -19,6 +20,9 @@
 --          floors), may borrow (0|1), then the indexes in KEYS of its
 --          tenant limit, borrow allowance, endpoint limit and api key limit
 --          (0: the level has no limit)
+-- ARGV[4]  1 to add the batch's cost, admitted or not, to the demand
+--          counter (a plane split into shards rebalances their parts of the
+--          global limit by it); 0 not to
 --
 -- Returns {now, then per request 6 integers: allowed (0|1), level (0 none,
 -- 1 global, 2 tenant, 3 endpoint, 4 key), reason (0 none, 1 global,
@@ -40,7 +44,7 @@
 -- expire.
 --
 -- Side effects: debits the levels of allowed requests; denied requests
--- change nothing.
+-- change nothing (but the demand counter, when asked).
 --
 -- Complexity: O(requests + distinct keys); a sliding window costs
 -- O(entries) ≤ its rate. A denied borrowing request costs up to 32 more
@@ -233,8 +237,10 @@ local pool = level(2)
 
 local out = {now}
 local o = 1
+local offered = 0
 for pos = 1, #requests, 56 do
   local cost, reserve, may_borrow, ti, ai, ei, ki = struct.unpack(unpack7, requests, pos)
+  offered = offered + cost
   local tl = level(ti)
   local lower, lower_s, reason, borrow = 0, nil, 0, 0
   local allowance, el, kl = nil, nil, nil
@@ -314,6 +320,11 @@ for pos = 1, #requests, 56 do
   if retry > HOUR then retry = HOUR end
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, lvl, reason, retry, rem, borrowed
   o = o + 6
+end
+
+if ARGV[4] == '1' then
+  redis.call('INCRBY', KEYS[3], string.format('%d', offered))
+  redis.call('PEXPIRE', KEYS[3], 86400000)
 end
 
 -- Write back what changed, once per key.

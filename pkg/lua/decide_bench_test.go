@@ -47,7 +47,7 @@ func BenchmarkDecideScript(b *testing.B) {
 // decideCall is a batch of n requests with every level in force and a
 // burst pool, all admitted.
 func decideCall(n int, distinct bool, call int) ([]string, []any) {
-	keys := []string{"qp:{b}:g", "qp:{b}:pool"}
+	keys := []string{"qp:{b}:g", "qp:{b}:pool", "qp:{b}:d"}
 	var limits, requests []byte
 	put := func(b []byte, vs ...int64) []byte {
 		for _, v := range vs {
@@ -55,7 +55,7 @@ func decideCall(n int, distinct bool, call int) ([]string, []any) {
 		}
 		return b
 	}
-	limits = put(limits, AlgorithmTokenBucket, 1e9, 1e9, 1e6, AlgorithmTokenBucket, 1e4, 1e5, 1e6)
+	limits = put(limits, AlgorithmTokenBucket, 1e9, 1e9, 1e6, AlgorithmTokenBucket, 1e4, 1e5, 1e6, AlgorithmNone, 0, 0, 0)
 	for i := range n {
 		h := "1"
 		if distinct {
@@ -63,7 +63,7 @@ func decideCall(n int, distinct bool, call int) ([]string, []any) {
 		}
 		first := int64(len(keys)) + 1
 		if !distinct && i > 0 {
-			first = 3
+			first = 4
 		} else {
 			keys = append(keys, "qp:{b}:t:"+h, "qp:{b}:a:"+h, "qp:{b}:e:"+h+":read", "qp:{b}:k:"+h+":k1")
 			limits = put(limits, AlgorithmTokenBucket, 1e6, 1e6, 1e6, AlgorithmTokenBucket, 1e4, 1000, 1e6,
@@ -71,7 +71,7 @@ func decideCall(n int, distinct bool, call int) ([]string, []any) {
 		}
 		requests = put(requests, 1, 0, 1, first, first+1, first+2, first+3)
 	}
-	return keys, []any{0, limits, requests}
+	return keys, []any{0, limits, requests, 0}
 }
 
 func redisMicrosPerCall(b *testing.B, c *redis.Client) float64 {

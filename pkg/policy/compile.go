@@ -200,7 +200,7 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 			ps.add("spec.tenant", "tenant %q already has TenantQuota %s; merge the two objects (one TenantQuota per tenant)", tq.Spec.Tenant, first)
 			continue
 		}
-		if t, ok := compileTenant(tq, spec.DefaultTier, tiers, endpointNames, ps); ok {
+		if t, ok := compileTenant(tq, spec.DefaultTier, spec.Shards, tiers, endpointNames, ps); ok {
 			owner[t.Name] = tq.Name
 			spec.Tenants = append(spec.Tenants, t)
 		}
@@ -251,6 +251,7 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 		UnknownTenants:    enum(ps, "spec.unknownTenants", string(s.UnknownTenants), UnknownPolicies[0], UnknownPolicies),
 		UnknownEndpoints:  enum(ps, "spec.unknownEndpoints", string(s.UnknownEndpoints), UnknownPolicies[0], UnknownPolicies),
 		ReconcileInterval: DefaultReconcileInterval,
+		Shards:            max(int64(s.Shards), 1),
 		Endpoints:         []Endpoint{},
 		Tenants:           []Tenant{},
 	}
@@ -259,6 +260,9 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 			ps.add("spec.reconcileInterval", "%s is out of range; use a duration between %s and 1h (default %s)", ri.Duration, MinReconcileInterval, DefaultReconcileInterval)
 		}
 		spec.ReconcileInterval = ri.Duration
+	}
+	if s.Shards < 0 || s.Shards > MaxShards {
+		ps.add("spec.shards", "%d is out of range; use 1 to %d", s.Shards, MaxShards)
 	}
 	spec.Global = compileLimit(s.Global, "spec.global", ps)
 	if spec.Global.Algorithm == SlidingWindow {
@@ -424,7 +428,7 @@ func compileEndpoint(eq *v1alpha1.EndpointQuota, tiers map[string]Tier, ps *prob
 	return e, !ps.found
 }
 
-func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, tiers map[string]Tier, endpoints map[string]bool, ps *problems) (Tenant, bool) {
+func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, planeShards int64, tiers map[string]Tier, endpoints map[string]bool, ps *problems) (Tenant, bool) {
 	s := tq.Spec
 	t := Tenant{Name: s.Tenant, Tier: s.Tier}
 	switch {
@@ -453,6 +457,14 @@ func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, tiers map[strin
 	}
 	if s.Hard != nil {
 		t.Hard = *s.Hard
+	}
+	if s.Shards != nil {
+		if t.Shards = int64(*s.Shards); t.Shards < 1 || t.Shards > planeShards {
+			ps.add("spec.shards", "%d is out of range; use 1 to the plane's shards, %d (raise the QuotaPlane's spec.shards first)", t.Shards, planeShards)
+		}
+		if t.Shards == 1 {
+			t.Shards = 0 // not split: the canonical form
+		}
 	}
 	seen := map[string]bool{}
 	for i, k := range s.Keys {

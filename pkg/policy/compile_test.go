@@ -627,6 +627,7 @@ func TestPlaneDefaults(t *testing.T) {
 		Fairness:          "maxmin",
 		FailureMode:       "degrade",
 		ReconcileInterval: policy.DefaultReconcileInterval,
+		Shards:            1,
 		DefaultTier:       "bronze",
 		UnknownTenants:    "default",
 		UnknownEndpoints:  "default",
@@ -702,5 +703,39 @@ func TestPlaneBoundariesAreAccepted(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			mustCompile(t, newPlane(tt.mut))
 		})
+	}
+}
+
+func TestShards(t *testing.T) {
+	plane := newPlane()
+	plane.Spec.Shards = 4
+	whale := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Name: "whale", Namespace: testNS},
+		Spec: v1alpha1.TenantQuotaSpec{Tenant: "whale", Shards: new(int32(3))}}
+	single := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Name: "single", Namespace: testNS},
+		Spec: v1alpha1.TenantQuotaSpec{Tenant: "single", Shards: new(int32(1))}}
+	p := mustCompile(t, plane, whale, single)
+	if p.Spec().Shards != 4 {
+		t.Fatalf("plane shards %d, want 4", p.Spec().Shards)
+	}
+	if w, _ := p.Tenant("whale"); w.Shards != 3 {
+		t.Fatalf("whale shards %d, want 3", w.Shards)
+	}
+	if s, _ := p.Tenant("single"); s.Shards != 0 {
+		t.Fatalf("a tenant with one shard is not split: shards %d, want 0", s.Shards)
+	}
+	if _, err := policy.Decode(p.Encode()); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+
+	tooMany := whale.DeepCopy()
+	tooMany.Spec.Shards = new(int32(5))
+	_, problems := policy.Compile([]runtime.Object{plane, tooMany})
+	if len(problems) != 1 || problems[0].Field != "spec.shards" || !strings.Contains(problems[0].Message, "plane's shards, 4") {
+		t.Fatalf("a tenant with more shards than its plane: %v", problems)
+	}
+	bad := newPlane()
+	bad.Spec.Shards = 65
+	if p, problems := policy.Compile([]runtime.Object{bad}); p != nil || len(problems) != 1 || problems[0].Field != "spec.shards" {
+		t.Fatalf("65 plane shards: %v", problems)
 	}
 }

@@ -286,6 +286,14 @@ func checkSpec(s *Spec) error {
 	if s.ReconcileInterval < MinReconcileInterval || s.ReconcileInterval > time.Hour {
 		return fmt.Errorf("reconcileInterval %s out of range", s.ReconcileInterval)
 	}
+	if s.Shards < 1 || s.Shards > MaxShards {
+		return fmt.Errorf("shards %d out of range [1, %d]", s.Shards, MaxShards)
+	}
+	for _, t := range s.Tenants {
+		if t.Shards < 0 || t.Shards == 1 || t.Shards > s.Shards {
+			return fmt.Errorf("tenant %s: shards %d out of range (0, or 2 to the plane's %d)", t.Name, t.Shards, s.Shards)
+		}
+	}
 	if !sortedUnique(s.Endpoints, func(e Endpoint) string { return e.Name }) ||
 		!sortedUnique(s.Tenants, func(t Tenant) string { return t.Name }) {
 		return fmt.Errorf("endpoints and tenants must be sorted by name, without duplicates")

@@ -29,21 +29,8 @@ func (p *Policy) Share(fraction float64) (*Policy, error) {
 		return p, nil
 	}
 	spec := p.spec
-	var maxCost int64 = 1
-	for _, e := range spec.Endpoints {
-		maxCost = max(maxCost, e.Cost)
-	}
-	scale := func(l Limit) Limit {
-		if l.Rate > 0 {
-			l.Rate = max(1, int64(math.Round(float64(l.Rate)*fraction)))
-		}
-		if l.Algorithm == SlidingWindow {
-			l.Rate = shareCapacity(l.Rate, fraction, maxCost)
-			return l
-		}
-		l.Burst = shareCapacity(l.Burst, fraction, maxCost)
-		return l
-	}
+	maxCost := p.MaxCost()
+	scale := func(l Limit) Limit { return l.Share(fraction, maxCost) }
 	scalePtr := func(l *Limit) *Limit {
 		if l == nil {
 			return nil
@@ -94,6 +81,32 @@ func (p *Policy) Share(fraction float64) (*Policy, error) {
 	}
 	shared.version = p.version
 	return shared, nil
+}
+
+// MaxCost is the cost of the costliest endpoint, at least 1 (the cost of an
+// unknown endpoint).
+func (p *Policy) MaxCost() int64 {
+	var c int64 = 1
+	for _, e := range p.spec.Endpoints {
+		c = max(c, e.Cost)
+	}
+	return c
+}
+
+// Share is the part fraction (in (0, 1]) of the limit, rounded as
+// Policy.Share rounds: the rate to the nearest token, at least 1 (0 stays
+// 0); the burst, or a sliding window's capacity, up, and not below
+// minCapacity unless the whole was.
+func (l Limit) Share(fraction float64, minCapacity int64) Limit {
+	if l.Algorithm == SlidingWindow {
+		l.Rate = shareCapacity(l.Rate, fraction, minCapacity)
+		return l
+	}
+	if l.Rate > 0 {
+		l.Rate = max(1, int64(math.Round(float64(l.Rate)*fraction)))
+	}
+	l.Burst = shareCapacity(l.Burst, fraction, minCapacity)
+	return l
 }
 
 // shareCapacity scales a bucket size or window capacity: rounded up, not

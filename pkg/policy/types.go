@@ -34,6 +34,8 @@ const (
 	MaxCost = 1_000_000
 	// MaxTiers bounds the tiers of a plane.
 	MaxTiers = 16
+	// MaxShards bounds the Redis shards of a plane (and of a tenant).
+	MaxShards = 64
 )
 
 // The values of the plane's enumerated fields; the default is the first,
@@ -147,6 +149,9 @@ type Tenant struct {
 	Hard      bool            `json:"hard,omitempty"`
 	Keys      []KeyLimit      `json:"keys,omitempty"`
 	Endpoints []EndpointLimit `json:"endpoints,omitempty"`
+	// Shards splits the tenant's buckets over this many of the plane's
+	// shards; 0 or 1 does not split them.
+	Shards int64 `json:"shards,omitempty"`
 	// Known is false for a tenant the plane does not name (see Policy.DefaultTenant).
 	Known bool `json:"-"`
 }
@@ -177,6 +182,7 @@ type Spec struct {
 	Fairness          string        `json:"fairness"`
 	FailureMode       string        `json:"failureMode"`
 	ReconcileInterval time.Duration `json:"reconcileInterval"`
+	Shards            int64         `json:"shards"`
 	DefaultTier       string        `json:"defaultTier"`
 	UnknownTenants    string        `json:"unknownTenants"`
 	UnknownEndpoints  string        `json:"unknownEndpoints"`

@@ -1,0 +1,112 @@
+package enforcer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// TestCluster runs central mode on a 3-master Redis Cluster: one shard is
+// one slot and exact; three shards spread the plane, and a split whale,
+// over the cluster within its limits; the shards' parts follow demand.
+func TestCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	clients := func(n int) []redis.UniversalClient {
+		var cs []redis.UniversalClient
+		for range n {
+			cs = append(cs, cluster.Client(t))
+		}
+		return cs
+	}
+	flush := func() {
+		c := cluster.Client(t)
+		if err := c.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+			return m.FlushDB(ctx).Err()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("one shard is exact", func(t *testing.T) {
+		flush()
+		admitted := decideConcurrently(t, exactPlane(t, 1000, ""), clients(2), 2000, func(g int) Request {
+			return Request{Tenant: sprintf("t%d", g%26), Endpoint: "read"}
+		})
+		if admitted != 1000 {
+			t.Fatalf("admitted %d of 2000; want exactly 1000", admitted)
+		}
+	})
+
+	t.Run("three shards stay within the limit", func(t *testing.T) {
+		flush()
+		p := compileYAML(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 0, burst: 999}
+  tiers: [{name: t, weight: 1}]
+`)
+		admitted := decideConcurrently(t, p, clients(2), 2000, func(g int) Request {
+			return Request{Tenant: sprintf("t%d", g%60), Endpoint: "read"}
+		})
+		// Each shard holds a third: 333. Tenants spread over all three
+		// and every shard is offered more than its part.
+		if admitted != 999 {
+			t.Fatalf("admitted %d of 2000; want the three parts of 333", admitted)
+		}
+	})
+
+	t.Run("a split whale stays within its limit", func(t *testing.T) {
+		flush()
+		p := compileYAML(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 0, burst: 1000000}
+  tiers: [{name: t, weight: 1}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: whale}
+spec: {tenant: whale, shards: 3, limit: {rate: 0, burst: 300}}
+`)
+		admitted := decideConcurrently(t, p, clients(2), 1200, func(g int) Request {
+			return Request{Tenant: "whale", Endpoint: "read", APIKey: sprintf("k%d", g%30)}
+		})
+		if admitted != 300 {
+			t.Fatalf("admitted %d of 1200; want the three parts of 100", admitted)
+		}
+		// The whale's parts are in three slots.
+		c := cluster.Client(t)
+		var parts int
+		for s := range 3 {
+			n, err := c.Exists(context.Background(), sprintf("qp:{default/test/%d}:t:5:whale", s)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts += int(n)
+		}
+		if parts != 3 {
+			t.Fatalf("the whale's tenant bucket is in %d shards, want 3", parts)
+		}
+	})
+
+	t.Run("parts follow demand", func(t *testing.T) {
+		flush()
+		p := compileYAML(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 3000, burst: 300}
+  tiers: [{name: t, weight: 1}]
+`)
+		e := centralEngine(t, p, cluster.Client(t), "n0")
+		home, _ := e.central.shards.shardOf(3, &policy.Tenant{Name: "hot"}, "")
+		deadline := time.Now().Add(10 * time.Second)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for e.central.shards.weight(home, 3) < 0.8 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the hot shard's part is %.2f after 10s, want above 0.8", e.central.shards.weight(home, 3))
+			}
+			<-tick.C
+			if _, err := e.Decide(context.Background(), Request{Tenant: "hot", Endpoint: "read"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("the hot shard's part is %.3f", e.central.shards.weight(home, 3))
+	})
+}
