@@ -243,3 +243,79 @@ func TestCentralOutage(t *testing.T) {
 		t.Fatalf("after the outage: %+v, want central decisions again", after)
 	}
 }
+
+// TestCentralFailureModes: with Redis down, failureMode allow admits, deny
+// denies at the global level and says why, and degrade decides locally;
+// none of them returns an error.
+func TestCentralFailureModes(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, mode := range []string{"allow", "deny", "degrade"} {
+		t.Run(mode, func(t *testing.T) {
+			p := compileYAML(t, withMode(planeHeader, "central", "failureMode: "+mode)+
+				"  global: {rate: 0, burst: 1}\n  tiers: [{name: t, weight: 1}]\n")
+			srv.Restart()
+			e := centralEngine(t, p, srv.Client(), "n1")
+			srv.Stop()
+			var allowed int
+			for range 3 {
+				d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allow {
+					allowed++
+				} else if d.Level != LevelGlobal || d.Reason == "" || d.RetryAfter <= 0 {
+					t.Fatalf("denied without a level, reason or retry: %+v", d)
+				}
+			}
+			want := map[string]int{"allow": 3, "deny": 0, "degrade": 1}[mode] // degrade: the local burst of 1
+			if allowed != want {
+				t.Fatalf("admitted %d of 3, want %d", allowed, want)
+			}
+			// The breaker opens when the third failed call returns, which
+			// may be after the decision stopped waiting for it.
+			waitFor(t, "the breaker to open", func() bool { return e.BackendStatus().Degraded })
+			if s := e.BackendStatus(); s.Fallbacks != 3 {
+				t.Fatalf("status %+v, want 3 fallbacks", s)
+			}
+		})
+	}
+}
+
+// TestCentralSlowRedis: a Redis that stops answering (DEBUG SLEEP) costs a
+// decision at most its deadline; the failure mode decides meanwhile.
+func TestCentralSlowRedis(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
+	const deadline = 20 * time.Millisecond
+	e := centralEngine(t, p, srv.Client(), "n1", WithRedisTimeout(deadline))
+	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	sleeping := make(chan error, 1)
+	go func() { sleeping <- srv.Client().Do(context.Background(), "DEBUG", "SLEEP", "2").Err() }()
+	waitFor(t, "Redis to stop answering", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		return srv.Client().Ping(ctx).Err() != nil
+	})
+	var slowest time.Duration
+	for range 20 {
+		start := time.Now()
+		d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x"})
+		slowest = max(slowest, time.Since(start))
+		if err != nil || !d.Allow {
+			t.Fatalf("decision while Redis sleeps: %+v, %v", d, err)
+		}
+	}
+	if slowest > 10*deadline {
+		t.Fatalf("the slowest decision took %s with a deadline of %s", slowest, deadline)
+	}
+	t.Logf("slowest decision %s (deadline %s)", slowest, deadline)
+	if err := <-sleeping; err != nil {
+		t.Fatal(err)
+	}
+	if s := e.BackendStatus(); s.Fallbacks == 0 {
+		t.Fatalf("status %+v: no decision by the failure mode", s)
+	}
+}

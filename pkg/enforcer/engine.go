@@ -144,7 +144,11 @@ func WithQueueWait(d time.Duration) Option { return func(e *Engine) { e.settings
 func WithMaxQueue(n int) Option { return func(e *Engine) { e.settings.maxQueue = n } }
 
 // WithRedis gives the engine its Redis, which the distributed modes
-// (central, local-reconciled) need. The engine does not close it.
+// (central, local-reconciled) need. The engine does not close it. Build it
+// with ContextTimeoutEnabled: go-redis otherwise ignores the engine's
+// deadlines on the socket, and a Redis that stops answering holds the
+// engine's workers for the client's ReadTimeout (decisions still answer
+// within WithRedisTimeout, by the plane's failureMode).
 func WithRedis(c redis.UniversalClient) Option { return func(e *Engine) { e.redis = c } }
 
 // WithNodeID names this engine in its fleet (default: host name and a random

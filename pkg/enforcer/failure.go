@@ -217,7 +217,7 @@ func (b *central) heartbeatLoop() {
 	defer ticker.Stop()
 	for {
 		if snap := b.snap.Load(); snap != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), s.heartbeatInterval)
+			ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
 			n, err := lua.Heartbeat.Run(ctx, b.client, []string{snap.redisPrefix + "nodes"},
 				b.e.nodeID, strconv.FormatInt((3*s.heartbeatInterval).Milliseconds(), 10)).Int64()
 			cancel()

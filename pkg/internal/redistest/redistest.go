@@ -162,9 +162,11 @@ func (s *Server) Restart() {
 	s.t.Fatalf("restart redis-server on %s: %v", s.Addr, err)
 }
 
-// Client returns a client of the server, closed when the test ends.
+// Client returns a client of the server, closed when the test ends. Its
+// commands honour their contexts' deadlines (ContextTimeoutEnabled), as the
+// enforcer's client must.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -221,7 +223,7 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	for i, s := range c.Nodes {
 		addrs[i] = s.Addr
 	}
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
 }
