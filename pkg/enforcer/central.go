@@ -105,7 +105,7 @@ func (b *central) close() {
 // planeKey is the prefix of every Redis key of the plane: one hash tag, so
 // that every call touches one cluster slot.
 func planeKey(p *policy.Policy) string {
-	return "qp:{" + p.Spec().Namespace + "/" + p.Plane() + "}:"
+	return "qp:{" + p.ID() + "}:"
 }
 
 // decide decides r through Redis: at Redis TIME (now 0, batched with other

@@ -53,12 +53,43 @@
 // path; the tick that measures demand runs once per interval, inside the
 // decision that crosses it.
 //
+// # Backends
+//
+// The plane's mode picks where decisions are made; the engine's contract is
+// the same in all three. A distributed mode needs WithRedis; WithNodeID names
+// the node; Close stops the background loops and flushes what they owe Redis.
+//
+//   - local: the engine's own state, as described above.
+//   - central: every decision is decide.lua in Redis (pkg/lua): all four
+//     levels, the burst pool and the borrow allowance checked and debited in
+//     one atomic call, at Redis TIME, with the same integer arithmetic as
+//     the Go engine (the behaviour suite replays the Go engine's decisions
+//     through it). Concurrent decisions are coalesced into batches, one call
+//     per batch (central.go). Tier floors are reserves of the global bucket
+//     whatever the fairness mode: weighted max-min pacing needs a view of the
+//     fleet's demand that central mode does not keep. Each call has a
+//     deadline; a circuit breaker opens after failures, and meanwhile the
+//     plane's failureMode decides (failure.go): degrade (this node's share of
+//     every limit, debited from the fleet's buckets when Redis is back),
+//     allow or deny. A plane may be split into shards over a Redis Cluster,
+//     and a whale tenant over several shards (shards.go).
+//   - local-reconciled: decisions are local at this node's share of every
+//     limit, sized by demand and reconciled with the fleet's bucket in Redis
+//     every reconcileInterval (reconcile.go).
+//
+// In the distributed modes the engine's own state holds this node's share of
+// the policy (policy.Share); Policy returns the policy itself.
+//
 // # Time
 //
 // DecideAt takes the time as an argument and never waits: the same requests
 // at the same times give the same decisions, so simulations in virtual time
 // are exact and repeatable. Decide reads a coarse clock (one atomic load; the
-// system clock costs about 100 ns on the VMs this runs on).
+// system clock costs about 100 ns on the VMs this runs on). In central mode
+// the script reads Redis TIME, one clock for the fleet, so nodes' clocks do
+// not matter; DecideAt passes its time to the script instead (simulations,
+// and the tests that replay the Go engine), which a fleet must not mix with
+// Decide.
 //
 // # Memory
 //

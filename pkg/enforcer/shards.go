@@ -57,7 +57,7 @@ func shardPrefixes(p *policy.Policy) []string {
 	}
 	prefixes := make([]string, k)
 	for s := range prefixes {
-		prefixes[s] = "qp:{" + p.Spec().Namespace + "/" + p.Plane() + "/" + strconv.Itoa(s) + "}:"
+		prefixes[s] = "qp:{" + p.ID() + "/" + strconv.Itoa(s) + "}:"
 	}
 	return prefixes
 }

@@ -49,6 +49,10 @@ func (p *Policy) Spec() *Spec { return &p.spec }
 // Plane is the QuotaPlane's name.
 func (p *Policy) Plane() string { return p.spec.Plane }
 
+// ID names the plane across namespaces, "namespace/name": its Redis keys
+// carry it (the enforcer's state, and the policy store's plane).
+func (p *Policy) ID() string { return p.spec.Namespace + "/" + p.spec.Plane }
+
 // Global is the plane's global limit.
 func (p *Policy) Global() Limit { return p.spec.Global }
 
