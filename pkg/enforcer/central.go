@@ -55,19 +55,29 @@ type centralCall struct {
 	epLim     *policy.Limit
 	keyLim    *policy.Limit
 	cost      int64
-	reserve   int64 // token·µs of the global bucket the request must leave
+	tierRank  int // for the reserve the request must leave in the global bucket
 	mayBorrow bool
 	shard     int // the shard that decides it (shards.go)
 	// keys and limits of the tenant, borrow allowance, endpoint and api key
 	// levels; a nil limit means the level has no limit. They are the
 	// policy's, or a split tenant's part of them.
-	keys      [4]string
-	limits    [4]*policy.Limit
-	reply     [lua.DecideReplyFields]int64
-	decidedAt int64 // µs, the script's time
-	err       error
-	done      chan struct{} // closed when reply or err is set
+	keys   [4]string
+	limits [4]*policy.Limit
+	reply  [lua.DecideReplyFields]int64
+	err    error
+	done   chan struct{} // closed when reply or err is set
+	// state is callQueued until a worker sends the call (callSent) or its
+	// caller stops waiting (callAbandoned), whichever comes first: a call
+	// its caller gave up on, and got an answer from the failure mode for,
+	// is not sent, so it is not counted twice.
+	state atomic.Uint32
 }
+
+const (
+	callQueued uint32 = iota
+	callSent
+	callAbandoned
+)
 
 // errRedisUnavailable is what a decision gets while the breaker is open.
 var errRedisUnavailable = errors.New("redis unavailable")
@@ -160,8 +170,8 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 	shard, parts := b.shards.shardOf(len(snap.shardPrefixes), &t, r.APIKey)
 	c.shard = shard
 	prefix := snap.shardPrefixes[shard]
-	holder := strconv.Itoa(len(r.Tenant)) + ":" + r.Tenant
-	c.reserve = snap.reserves[snap.tierRank[t.Tier]]
+	holder := lengthPrefixed(r.Tenant)
+	c.tierRank = snap.tierRank[t.Tier]
 	c.mayBorrow = p.MayBorrow(&t)
 	c.limits = [4]*policy.Limit{t.Limit, nil, c.epLim, c.keyLim}
 	if c.mayBorrow {
@@ -179,10 +189,15 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 		levelKey(prefix+"t:"+holder, t.Limit),
 		prefix + "a:" + holder,
 		levelKey(prefix+"e:"+holder+":"+r.Endpoint, c.epLim),
-		levelKey(prefix+"k:"+holder+":"+r.APIKey, c.keyLim),
+		levelKey(prefix+"k:"+holder+":"+lengthPrefixed(r.APIKey), c.keyLim),
 	}
 	return c, nil
 }
+
+// lengthPrefixed is s behind its length: names that requests choose can
+// hold any character, and prefixed they cannot run into the next part of a
+// key or its ":w" suffix.
+func lengthPrefixed(s string) string { return strconv.Itoa(len(s)) + ":" + s }
 
 // levelKey names a level's state; a sliding window is a different kind of
 // key from a bucket, so a change of algorithm starts afresh.
@@ -242,8 +257,14 @@ func (b *central) submit(ctx context.Context, c *centralCall) error {
 	case <-c.done:
 		return nil
 	case <-ctx.Done():
+		c.state.CompareAndSwap(callQueued, callAbandoned)
 		return ctx.Err()
 	case <-timer.C:
+		if c.state.CompareAndSwap(callQueued, callAbandoned) {
+			// A Redis slow enough that calls wait their deadline out in the
+			// queue counts as failing, or the breaker would never open.
+			b.breaker.failure(b.e.clock())
+		}
 		return fmt.Errorf("%w: no answer within %s", errRedisUnavailable, b.e.settings.redisTimeout)
 	}
 }
@@ -330,10 +351,14 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 	buf.split(batch, k)
 	var err error
 	if k == 1 {
+		part := buf.parts[0]
+		if len(part) == 0 {
+			return // every caller gave up
+		}
 		args := buf.args(0)
-		args.build(b, snap, 0, batch)
+		args.build(b, snap, 0, part)
 		b.stats.calls.Add(1)
-		err = b.decided(batch, lua.Decide.Run(ctx, b.client, args.keys, now, args.limits, args.requests, 0))
+		err = b.decided(part, lua.Decide.Run(ctx, b.client, args.keys, now, args.limits, args.requests, 0))
 	} else {
 		buf.calls = buf.calls[:0]
 		for shard, part := range buf.parts {
@@ -357,13 +382,18 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 			i++
 		}
 	}
-	if err != nil { // decided set the err of every call it could not decide
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply):
+		// Redis answered, with an error: a bug or bad data in this batch,
+		// not an outage. Its calls get the failure mode; the breaker does
+		// not open for the whole plane.
+		b.stats.failures.Add(1)
+	case err != nil: // decided set the err of every call it could not decide
 		b.stats.failures.Add(1)
 		b.breaker.failure(b.e.clock())
-		return
-	}
-	if b.breaker.success() {
-		b.recovered()
+	case b.breaker.success():
+		b.workers.Go(b.recovered) // the callers need not wait for it
 	}
 }
 
@@ -381,7 +411,6 @@ func (b *central) decided(calls []*centralCall, cmd *redis.Cmd) error {
 	}
 	b.stats.decisions.Add(int64(len(calls)))
 	for i, c := range calls {
-		c.decidedAt = reply[0]
 		copy(c.reply[:], reply[1+i*lua.DecideReplyFields:])
 	}
 	return nil
@@ -405,7 +434,9 @@ func (bb *batchBuffers) split(batch []*centralCall, k int) {
 		bb.parts[i] = bb.parts[i][:0]
 	}
 	for _, c := range batch {
-		bb.parts[c.shard] = append(bb.parts[c.shard], c)
+		if c.state.CompareAndSwap(callQueued, callSent) {
+			bb.parts[c.shard] = append(bb.parts[c.shard], c)
+		}
 	}
 }
 
@@ -434,22 +465,14 @@ func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centra
 	clear(a.index)
 	a.keys, a.limits, a.requests = a.keys[:0], a.limits[:0], a.requests[:0]
 	prefix := snap.shardPrefixes[shard]
-	global, pool := snap.global, snap.pool
-	if k := len(snap.shardPrefixes); k > 1 {
-		w := b.shards.weight(shard, k)
-		g := global.Share(w, snap.maxCost)
-		global = &g
-		if pool != nil {
-			p := pool.Share(w, snap.maxCost)
-			pool = &p
-		}
-	}
+	global, pool := b.shardLimits(snap, shard)
 	a.add(prefix+"g", global)
 	a.add(prefix+"pool", pool)
 	a.add(prefix+"d", nil)
 	for _, c := range batch {
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.cost))
-		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.reserve))
+		// The tier floors reserve their percent of this shard's part.
+		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(reserveOf(snap.reservePercents[c.tierRank], global)))
 		var borrow uint64
 		if c.mayBorrow {
 			borrow = 1

@@ -246,9 +246,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	}
 	if e.central != nil {
 		if p.Spec().Mode == "local-reconciled" {
-			// Size this node's share before its first decision: until
-			// then it would enforce the whole plane.
-			e.reconciler.reconcile()
+			e.reconciler.begin()
 		}
 		e.central.start()
 	}
@@ -277,8 +275,13 @@ func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 		return err
 	}
 	e.swapMu.Lock()
-	defer e.swapMu.Unlock()
-	return e.installLocked(p, now.UnixMicro())
+	old := e.policy.Load().Spec().Mode
+	err := e.installLocked(p, now.UnixMicro())
+	e.swapMu.Unlock()
+	if err == nil && old != "local-reconciled" && p.Spec().Mode == "local-reconciled" {
+		e.reconciler.begin() // outside swapMu: it may reshare
+	}
+	return err
 }
 
 // installLocked puts p in force: its snapshot for the central backend, and

@@ -39,35 +39,44 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error
 		return err
 	}
 	if d.Allow {
-		b.journal.add(c.snap.shardPrefixes[c.shard]+"g", c.snap.global, d.Cost)
-		if t := c.tenant.Limit; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
-			b.journal.add(c.keys[0], t, d.Cost-d.Borrowed)
+		prefix := c.snap.shardPrefixes[c.shard]
+		global, _ := b.shardLimits(c.snap, c.shard)
+		b.journal.add(prefix, prefix+"g", global, d.Cost)
+		if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
+			b.journal.add(prefix, c.keys[0], t, d.Cost-d.Borrowed)
 		}
 	}
 	return nil
 }
 
-// recovered runs when a call succeeds after failures: what the node
-// admitted on its own meanwhile is debited from the fleet's buckets, which
-// refilled all along in Redis (or came back full after a restart), so that
-// central decisions resume without a burst of over-admission.
+// recovered runs when a call succeeds after failures, and at every
+// heartbeat while the breaker is closed (decisions that timed out alone
+// were decided locally too): what the node admitted on its own is debited
+// from the fleet's buckets, which refilled all along in Redis (or came back
+// full after a restart), so that central decisions resume without a burst
+// of over-admission. One debit call per shard and 256 buckets.
 func (b *central) recovered() {
-	entries := b.journal.take()
-	for len(entries) > 0 {
-		n := min(len(entries), 256)
-		keys := make([]string, 0, n)
-		args := make([]any, 0, 1+4*n)
-		args = append(args, 0)
-		for _, en := range entries[:n] {
-			keys = append(keys, en.key)
-			args = append(args, en.tokens, en.limit.Rate, en.limit.Burst, en.limit.PeriodMicros())
+	byShard := map[string][]journalEntry{}
+	for _, en := range b.journal.take() {
+		byShard[en.shard] = append(byShard[en.shard], en)
+	}
+	for _, entries := range byShard {
+		for len(entries) > 0 {
+			n := min(len(entries), 256)
+			keys := make([]string, 0, n)
+			args := make([]any, 0, 1+4*n)
+			args = append(args, 0)
+			for _, en := range entries[:n] {
+				keys = append(keys, en.key)
+				args = append(args, en.tokens, en.limit.Rate, en.limit.Burst, en.limit.PeriodMicros())
+			}
+			entries = entries[n:]
+			ctx, cancel := context.WithTimeout(context.Background(), b.e.settings.redisTimeout)
+			// Best effort: if Redis fails again, the breaker opens on the
+			// next decision and those tokens stay with the node's share.
+			_ = lua.Debit.Run(ctx, b.client, keys, args...).Err()
+			cancel()
 		}
-		entries = entries[n:]
-		ctx, cancel := context.WithTimeout(context.Background(), b.e.settings.redisTimeout)
-		// Best effort: if Redis fails again, the breaker opens on the next
-		// decision and those tokens stay with the node's share.
-		_ = lua.Debit.Run(ctx, b.client, keys, args...).Err()
-		cancel()
 	}
 }
 
@@ -79,14 +88,15 @@ type journal struct {
 }
 
 type journalEntry struct {
+	shard  string // the shard's key prefix: one debit call per shard
 	key    string
-	limit  *policy.Limit
+	limit  *policy.Limit // the bucket's limit in its shard
 	tokens int64
 }
 
 const maxJournal = 10_000
 
-func (j *journal) add(key string, lim *policy.Limit, tokens int64) {
+func (j *journal) add(shard, key string, lim *policy.Limit, tokens int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.entries == nil {
@@ -97,10 +107,16 @@ func (j *journal) add(key string, lim *policy.Limit, tokens int64) {
 		if len(j.entries) >= maxJournal {
 			return
 		}
-		en = &journalEntry{key: key, limit: lim}
+		en = &journalEntry{shard: shard, key: key, limit: lim}
 		j.entries[key] = en
 	}
 	en.tokens += tokens
+}
+
+func (j *journal) empty() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.entries) == 0
 }
 
 func (j *journal) take() []journalEntry {
@@ -224,6 +240,9 @@ func (b *central) heartbeatLoop() {
 			if err == nil && n >= 1 && n != b.fleet.nodes.Load() {
 				b.fleet.nodes.Store(n)
 				b.e.reshare()
+			}
+			if err == nil && !b.breaker.open.Load() && !b.journal.empty() {
+				b.recovered()
 			}
 		}
 		select {

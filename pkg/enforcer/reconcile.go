@@ -3,10 +3,14 @@ package enforcer
 import (
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quotaplane/quotaplane/pkg/lua"
+	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
 // reconciler is the local-reconciled backend's loop. Decisions are local:
@@ -52,12 +56,16 @@ type reconciler struct {
 
 	share atomic.Uint64 // float64 bits: the fraction of the plane this node enforces
 
-	// Owned by the loop.
-	seq      int64   // the last push's number
+	mu sync.Mutex // serialises reconciles; guards what follows
+	// seq numbers pushes. It starts at the process's start time in µs, so
+	// that a node id reused by a new process (a StatefulSet's pod) pushes
+	// above what its predecessor did.
+	seq      int64
 	pending  int64   // tokens of the last push, until Redis confirms it
-	admitted int64   // the plane's admitted count at the last push
-	offered  int64   // the plane's offered count at the last push
-	lastRun  int64   // µs
+	pushed   int64   // the plane's admitted count up to the last push
+	admitted int64   // the plane's admitted count at the last reconcile (for the rate)
+	offered  int64   // the plane's offered count at the last reconcile
+	lastRun  int64   // µs of the last reconcile; 0 before the first since begin
 	demand   float64 // tokens per second, smoothed over reconciles
 
 	stats reconcileStats
@@ -84,9 +92,23 @@ const (
 )
 
 func newReconciler(e *Engine) *reconciler {
-	r := &reconciler{e: e}
+	r := &reconciler{e: e, seq: time.Now().UnixMicro()}
 	r.share.Store(math.Float64bits(1))
 	return r
+}
+
+// begin starts local-reconciled mode (New, or a policy that switches to
+// it): what the node admitted before is not this mode's to push, and its
+// first reconcile sizes its share before it decides on its own.
+func (r *reconciler) begin() {
+	r.mu.Lock()
+	pl := &r.e.plane
+	pl.mu.Lock()
+	r.pushed, r.admitted, r.offered = pl.admitted, pl.admitted, pl.offered
+	pl.mu.Unlock()
+	r.pending, r.lastRun, r.demand = 0, 0, 0
+	r.mu.Unlock()
+	r.reconcile()
 }
 
 func (r *reconciler) fraction() float64 { return math.Float64frombits(r.share.Load()) }
@@ -104,9 +126,7 @@ func (r *reconciler) loop(stop <-chan struct{}) {
 		case <-stop:
 			if p := r.e.policy.Load(); p.Spec().Mode == "local-reconciled" {
 				r.reconcile() // flush: the fleet sees what this node admitted
-				ctx, cancel := context.WithTimeout(context.Background(), r.e.settings.redisTimeout)
-				_ = r.e.redis.ZRem(ctx, planeKey(p)+"nodes", r.e.nodeID).Err()
-				cancel()
+				r.leave(p)
 			}
 			return
 		case <-time.After(interval):
@@ -119,6 +139,8 @@ func (r *reconciler) loop(stop <-chan struct{}) {
 
 // reconcile runs one push-and-pull.
 func (r *reconciler) reconcile() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	e := r.e
 	p := e.policy.Load()
 	spec := p.Spec()
@@ -128,27 +150,26 @@ func (r *reconciler) reconcile() {
 	admitted, offered := pl.admitted, pl.offered
 	pl.mu.Unlock()
 	var admitRate int64
-	if r.lastRun > 0 && now > r.lastRun {
-		admitRate = (admitted - r.admitted) * 1_000_000 / (now - r.lastRun)
-	}
-	if r.pending == 0 && admitted > r.admitted {
-		r.seq++
-		r.pending = admitted - r.admitted
-	}
-	r.admitted = admitted
 	demand := int64(-1) // not measured yet
 	if r.lastRun > 0 && now > r.lastRun {
+		admitRate = (admitted - r.admitted) * 1_000_000 / (now - r.lastRun)
 		instant := float64(offered-r.offered) * 1e6 / float64(now-r.lastRun)
 		r.demand += (instant - r.demand) / 2
 		demand = int64(r.demand)
 	}
-	r.offered, r.lastRun = offered, now
+	r.admitted, r.offered, r.lastRun = admitted, offered, now
+	if r.pending == 0 && admitted > r.pushed {
+		// A new push; an unconfirmed one goes again as it was, and what
+		// was admitted since waits for the next.
+		r.seq++
+		r.pending, r.pushed = admitted-r.pushed, admitted
+	}
 
 	interval := spec.ReconcileInterval
 	ttl := 3 * interval // a node is dead after three missed reconciles
 	prefix := planeKey(p)
 	g := spec.Global
-	ctx, cancel := context.WithTimeout(context.Background(), max(e.settings.redisTimeout, interval))
+	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
 	reply, err := lua.Reconcile.Run(ctx, e.redis, []string{prefix + "g", prefix + "nodes", prefix + "rc"},
 		e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
 		interval.Microseconds()).Int64Slice()
@@ -168,16 +189,30 @@ func (r *reconciler) reconcile() {
 		share = (1-shareFloor)*float64(demand)/float64(fleetDemand) + shareFloor*even
 	}
 	old := r.fraction()
-	if r.stats.runs.Load() == 1 {
-		old = share // the first reconcile: nothing to grow from
+	growFrom := old
+	if demand < 0 {
+		growFrom = share // the first reconcile: nothing to grow from
 	}
-	share = min(share, max(2*old, even), 1)
+	share = min(share, max(2*growFrom, even), 1)
 	if share < old*(1-shrinkThreshold) || share > old*(1+growThreshold) {
 		r.share.Store(math.Float64bits(share))
 		r.stats.reshares.Add(1)
 		e.reshare()
 	}
 	e.payDebt(int64(float64(level)*r.fraction()), now)
+}
+
+// leave takes the node out of the fleet at once (rather than after its
+// liveness expires) and forgets its reconcile fields.
+func (r *reconciler) leave(p *policy.Policy) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.e.settings.redisTimeout)
+	defer cancel()
+	id, prefix := r.e.nodeID, planeKey(p)
+	_, _ = r.e.redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.ZRem(ctx, prefix+"nodes", id)
+		pipe.HDel(ctx, prefix+"rc", "s:"+id, "d:"+id, "r:"+id, "t:"+id)
+		return nil
+	})
 }
 
 // payDebt lowers the local global bucket to level token·µs (of the global

@@ -89,6 +89,22 @@ func (sh *shards) weight(s, k int) float64 {
 	return 1 / float64(k)
 }
 
+// shardLimits are shard's parts of the global limit and of the burst pool
+// (the limits themselves with one shard).
+func (b *central) shardLimits(snap *snapshot, shard int) (global, pool *policy.Limit) {
+	global, pool = snap.global, snap.pool
+	if k := len(snap.shardPrefixes); k > 1 {
+		w := b.shards.weight(shard, k)
+		g := global.Share(w, snap.maxCost)
+		global = &g
+		if pool != nil {
+			p := pool.Share(w, snap.maxCost)
+			pool = &p
+		}
+	}
+	return global, pool
+}
+
 // rebalanceLoop recomputes the shards' parts from the fleet's demand
 // counters while the plane is in central mode with more than one shard.
 func (b *central) rebalanceLoop() {

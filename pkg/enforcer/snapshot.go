@@ -65,6 +65,9 @@ type snapshot struct {
 	// reserves (fairness none only), per tier rank: token·µs of the global
 	// bucket kept for the tiers ranked above it.
 	reserves []int64
+	// reservePercents, per tier rank: the floors of the tiers ranked above
+	// it, in percent of the global burst (reserves before scaling).
+	reservePercents []int64
 	// contendedReserve is the token·µs of the global bucket that tenants
 	// above their fair share may not take while the plane is contended.
 	contendedReserve int64
@@ -142,7 +145,8 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		s.tierRank[t.Name] = i
 		s.floors = append(s.floors, s.globalPerSec*float64(t.FloorPercent)/100)
 		s.tierWeights = append(s.tierWeights, t.Weight)
-		s.reserves = append(s.reserves, reserved*spec.Global.Burst/100*spec.Global.PeriodMicros())
+		s.reserves = append(s.reserves, reserveOf(reserved, &spec.Global))
+		s.reservePercents = append(s.reservePercents, reserved)
 		reserved += t.FloorPercent
 		s.addReason(reasonTenant, t.Tenant)
 		s.addReason(reasonAPIKey, t.Key)
@@ -167,6 +171,11 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		}
 	}
 	return s
+}
+
+// reserveOf is percent of lim's burst, in token·µs.
+func reserveOf(percent int64, lim *policy.Limit) int64 {
+	return percent * lim.Burst / 100 * lim.PeriodMicros()
 }
 
 func perSecond(l policy.Limit) float64 {

@@ -12,7 +12,7 @@
 -- Returns each bucket's whole tokens left after the debit.
 --
 -- Side effects: writes each bucket with an expiry at the time it would be
--- full again (rate 0: no expiry), as decide.lua does.
+-- full again (rate 0: a week), as decide.lua does.
 --
 -- Complexity: O(#KEYS).
 
@@ -28,8 +28,8 @@ for i, key in ipairs(KEYS) do
   local cap = burst * per
   local level, last = cap, now
   local v = redis.call('GET', key)
-  if v and #v == 24 then
-    local l, t, p = struct.unpack('<i8i8i8', v)
+  if v and #v == 32 then
+    local l, t, p = struct.unpack('<i8i8i8i8', v)
     if p ~= per then
       if l >= burst * p then l = cap else l = math.floor(l * per / p) end
     end
@@ -40,12 +40,10 @@ for i, key in ipairs(KEYS) do
     last = now
   end
   level = math.max(level - tokens * per, 0)
-  local value = struct.pack('<i8i8i8', level, last, per)
-  if rate > 0 then
-    redis.call('SET', key, value, 'PX', string.format('%d', math.ceil((cap - level) / rate / 1000) + 1000))
-  else
-    redis.call('SET', key, value)
-  end
+  local value = struct.pack('<i8i8i8i8', level, last, per, rate)
+  local ms = 7 * 24 * 3600 * 1000 -- rate 0: as decide.lua
+  if rate > 0 then ms = math.ceil((cap - level) / rate / 1000) + 1000 end
+  redis.call('SET', key, value, 'PX', string.format('%d', ms))
   out[i] = math.floor(level / per)
 end
 return out

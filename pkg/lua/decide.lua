@@ -33,15 +33,18 @@
 -- µs), so refill is exact integer arithmetic. Policy bounds burst × period
 -- to 2^53, where doubles are still exact integers.
 --
--- State: a bucket is 24 bytes, three little-endian int64: level in
--- token·µs, last refill µs, and the period the level is scaled by (binary:
--- packing and unpacking is C, where formatting and parsing text is Lua and
--- garbage); a missing bucket is full. A sliding window is a list of "at:cost" entries, oldest first; a
+-- State: a bucket is 32 bytes, four little-endian int64: level in
+-- token·µs, last refill µs, and the period and rate it was written with
+-- (binary: packing and unpacking is C, where formatting and parsing text is
+-- Lua and garbage); a missing bucket is full. A bucket read with another
+-- period has its tokens rescaled (to within a token: doubles), and one read
+-- with another rate or period is written back, so that its expiry follows
+-- the limit in force. A sliding window is a list of "at:cost" entries, oldest first; a
 -- missing window is empty. A key is read at most once per call, when a
 -- request first needs it, and written at most once, when a request debited
 -- it, with an expiry at the time it would be full (or empty) again, when
--- losing it changes nothing. Buckets with rate 0 never refill and never
--- expire.
+-- losing it changes nothing. A bucket with rate 0 never refills; it expires
+-- a week after its last debit.
 --
 -- Side effects: debits the levels of allowed requests; denied requests
 -- change nothing (but the demand counter, when asked).
@@ -54,7 +57,10 @@ local HOUR = 3600000000
 local INF = math.huge
 local unpack4 = '<i8i8i8i8'
 local unpack7 = '<i8i8i8i8i8i8i8'
-local BUCKET_FORMAT = '<i8i8i8'
+local BUCKET_FORMAT = '<i8i8i8i8'
+-- a bucket of a limit that never refills (rate 0) expires after a week
+-- without a debit: state for holders requests name must not live forever
+local NO_REFILL_TTL_MS = 7 * 24 * 3600 * 1000
 
 -- A level's state is an array; these name its slots.
 local BUCKET, LEVEL, LAST, RATE, BURST, PER, CAP, INV, FILL, DIRTY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
@@ -92,12 +98,13 @@ local function level(i)
     local cap = burst * per
     s = {true, cap, now, rate, burst, per, cap, 1 / per, (rate > 0) and math.ceil(cap / rate) or INF, false}
     local v = redis.call('GET', KEYS[i])
-    if v and #v == 24 then
-      local l, t, p = struct.unpack(BUCKET_FORMAT, v)
+    if v and #v == 32 then
+      local l, t, p, r = struct.unpack(BUCKET_FORMAT, v)
       if p ~= per then -- the period changed: rescale the tokens
         if l >= burst * p then l = cap else l = math.floor(l * per / p) end
       end
       s[LEVEL], s[LAST] = math.min(l, cap), t
+      s[DIRTY] = p ~= per or r ~= rate
     end
   elseif alg == 2 then
     s = {false, 0, 1, {}, {}, 0, 0, false, false, false, rate, per}
@@ -331,13 +338,10 @@ end
 for i, s in pairs(states) do
   if s[DIRTY] then
     if s[BUCKET] then
-      local v = struct.pack(BUCKET_FORMAT, s[LEVEL], s[LAST], s[PER])
-      if s[RATE] > 0 then
-        local ms = math.ceil((s[CAP] - s[LEVEL]) / s[RATE] / 1000) + 1000
-        redis.call('SET', KEYS[i], v, 'PX', string.format('%d', ms))
-      else
-        redis.call('SET', KEYS[i], v)
-      end
+      local v = struct.pack(BUCKET_FORMAT, s[LEVEL], s[LAST], s[PER], s[RATE])
+      local ms = NO_REFILL_TTL_MS
+      if s[RATE] > 0 then ms = math.ceil((s[CAP] - s[LEVEL]) / s[RATE] / 1000) + 1000 end
+      redis.call('SET', KEYS[i], v, 'PX', string.format('%d', ms))
     else
       local at, cost = s[AT], s[COST]
       if s[HEAD] > 1 then redis.call('LTRIM', KEYS[i], s[HEAD] - 1, -1) end

@@ -55,9 +55,11 @@ local cap = burst * per
 local ceiling = cap + rate * tonumber(ARGV[10])
 local level, last = cap, now
 local v = redis.call('GET', KEYS[1])
-if v and #v == 24 then
-  local l, at, p = struct.unpack('<i8i8i8', v)
-  if p ~= per then l = math.floor(l * per / p) end
+if v and #v == 32 then
+  local l, at, p = struct.unpack('<i8i8i8i8', v)
+  if p ~= per then
+    if l >= burst * p then l = cap else l = math.floor(l * per / p) end
+  end
   level, last = math.min(l, ceiling), at
 end
 if now > last then
@@ -72,12 +74,10 @@ if seq > applied then
 end
 -- Written on every reconcile, also with nothing to debit: the refill a
 -- later push pays for must count from now, not from that push.
-local value = struct.pack('<i8i8i8', level, last, per)
-if rate > 0 then
-  redis.call('SET', KEYS[1], value, 'PX', string.format('%d', math.ceil((ceiling - level) / rate / 1000) + 1000))
-else
-  redis.call('SET', KEYS[1], value)
-end
+local value = struct.pack('<i8i8i8i8', level, last, per, rate)
+local ms = 7 * 24 * 3600 * 1000 -- rate 0: as decide.lua
+if rate > 0 then ms = math.ceil((ceiling - level) / rate / 1000) + 1000 end
+redis.call('SET', KEYS[1], value, 'PX', string.format('%d', ms))
 redis.call('HSET', KEYS[3], 'r:' .. node, admit_rate, 't:' .. node, now)
 if demand >= 0 then
   redis.call('HSET', KEYS[3], 'd:' .. node, demand)

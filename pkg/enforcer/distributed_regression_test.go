@@ -1,0 +1,156 @@
+package enforcer
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+)
+
+// Regression tests for the distributed backends, named after what went
+// wrong.
+
+// An api key chosen by a client ("foo:w") must not name the sliding window
+// of another key ("foo"): the script would fail on a list where it wants a
+// string, and failures open the breaker for the whole plane.
+func TestCentralKeyNamesDoNotCollide(t *testing.T) {
+	srv := redistest.Start(t)
+	p := compileYAML(t, withMode(planeHeader, "central")+`  global: {rate: 1000, burst: 1000}
+  tiers: [{name: t, weight: 1, key: {rate: 10, burst: 10}}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: a}
+spec: {tenant: a, keys: [{key: foo, limit: {rate: 5, period: 1m, algorithm: slidingWindow}}]}
+`)
+	e := centralEngine(t, p, srv.Client(), "n1")
+	for _, key := range []string{"foo", "foo:w", "foo:w", "foo:w", "foo"} {
+		if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x", APIKey: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := e.BackendStatus(); s.Failures != 0 || s.Fallbacks != 0 {
+		t.Fatalf("status %+v: script calls failed", s)
+	}
+}
+
+// A bucket whose limit slowed down must not expire before it is full at the
+// new rate: it would come back full early.
+func TestCentralExpiryFollowsTheLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	fast := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000000, burst: 1000000}\n  tiers: [{name: t, weight: 1, tenant: {rate: 100, burst: 100}}]\n")
+	slow := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000000, burst: 1000000}\n  tiers: [{name: t, weight: 1, tenant: {rate: 1, burst: 100}}]\n")
+	e := centralEngine(t, fast, client, "n1")
+	now := time.Now()
+	if d := mustDecide(t, e, now, Request{Tenant: "a", Endpoint: "x", Units: 100}); !d.Allow {
+		t.Fatalf("draining decision denied: %+v", d)
+	}
+	if err := e.SetPolicy(slow); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustDecide(t, e, now.Add(time.Millisecond), Request{Tenant: "a", Endpoint: "x"}); d.Allow {
+		t.Fatalf("the drained bucket admitted: %+v", d)
+	}
+	key := planeKey(slow) + "t:" + lengthPrefixed("a")
+	ttl, err := client.PTTL(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl < 90*time.Second { // 100 tokens at 1/s
+		t.Fatalf("the bucket expires in %s, before it is full at the new rate", ttl)
+	}
+	raw, err := client.Get(context.Background(), key).Bytes()
+	if err != nil || len(raw) != 32 || binary.LittleEndian.Uint64(raw[24:]) != 1 {
+		t.Fatalf("the bucket was not written back with the new rate: %x, %v", raw, err)
+	}
+}
+
+// A limit that never refills must not leave a key forever for every holder
+// requests name.
+func TestCentralNoRefillKeysExpire(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1, key: {rate: 0, burst: 5}}]\n")
+	e := centralEngine(t, p, client, "n1")
+	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x", APIKey: "random-1"}); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := client.PTTL(context.Background(), planeKey(p)+"k:"+lengthPrefixed("a")+":"+lengthPrefixed("random-1")).Result()
+	if err != nil || ttl <= 0 || ttl > 8*24*time.Hour {
+		t.Fatalf("a no-refill bucket's expiry is %s (%v), want a week", ttl, err)
+	}
+}
+
+// What a local-reconciled node admits while a push is unconfirmed must be
+// pushed later, not dropped.
+func TestReconciledPushesAfterFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	p := reconciledPlane(t, 1000, time.Hour) // reconciles only when the test says
+	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("n1"), WithRedisTimeout(200*time.Millisecond))
+	admit := func(n int64) {
+		if d := mustDecide(t, e, time.Now(), Request{Tenant: "a", Endpoint: "x", Units: n}); !d.Allow {
+			t.Fatalf("denied: %+v", d)
+		}
+	}
+	admit(10)
+	srv.Stop()
+	e.reconciler.reconcile() // fails: the push of 10 stays pending
+	admit(20)
+	srv.Restart() // empty: the fleet's bucket is full again
+	e.reconciler.reconcile()
+	e.reconciler.reconcile()
+	level := e.reconciler.stats.fleetLevel.Load() / 1_000_000
+	if level > 1000-30 || level < 1000-40 {
+		t.Fatalf("the fleet's level is %d tokens, want 1000 less the 30 admitted", level)
+	}
+}
+
+// A node id reused by a new process (a StatefulSet's pod) must have its
+// pushes counted, not taken for retries of its predecessor's.
+func TestReconciledNodeIDReused(t *testing.T) {
+	srv := redistest.Start(t)
+	p := reconciledPlane(t, 1000, time.Hour)
+	var levels []int64
+	for range 2 {
+		e, err := New(p, WithRedis(srv.Client()), WithNodeID("pod-0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := mustDecide(t, e, time.Now(), Request{Tenant: "a", Endpoint: "x", Units: 100}); !d.Allow {
+			t.Fatalf("denied: %+v", d)
+		}
+		e.reconciler.reconcile()
+		levels = append(levels, e.reconciler.stats.fleetLevel.Load()/1_000_000)
+		e.Close()
+	}
+	if levels[1] > levels[0]-90 {
+		t.Fatalf("fleet levels %v: the second process's push was not counted", levels)
+	}
+}
+
+// A node that switches to local-reconciled with SetPolicy enforces its
+// share at once, and what it admitted before is not pushed as if admitted
+// in the new mode.
+func TestReconciledModeSwitch(t *testing.T) {
+	srv := redistest.Start(t)
+	reconciled := reconciledPlane(t, 1000, time.Hour)
+	other := newEngine(t, reconciled, WithRedis(srv.Client()), WithNodeID("n0"))
+	local := compileYAML(t, planeHeader+"  global: {rate: 1000, burst: 1000}\n  fairness: none\n  tiers: [{name: t, weight: 1}]\n")
+	e := newEngine(t, local, WithRedis(srv.Client()), WithNodeID("n1"))
+	if d := mustDecide(t, e, time.Now(), Request{Tenant: "a", Endpoint: "x", Units: 500}); !d.Allow {
+		t.Fatalf("denied: %+v", d)
+	}
+	if err := e.SetPolicy(reconciled); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.snap.Load().global.Rate; got != 500 {
+		t.Fatalf("after the switch the node enforces a global rate of %d, want its half, 500", got)
+	}
+	other.reconciler.reconcile()
+	if level := other.reconciler.stats.fleetLevel.Load() / 1_000_000; level < 990 {
+		t.Fatalf("the fleet's level is %d: the node's admissions in mode local were pushed", level)
+	}
+}
