@@ -1,0 +1,62 @@
+package lua
+
+import (
+	"context"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+)
+
+// TestScriptHeaders: every script states its contract in its header.
+func TestScriptHeaders(t *testing.T) {
+	names, err := fs.Glob(files, "*.lua")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	for _, name := range names {
+		src, _ := files.ReadFile(name)
+		header := strings.SplitN(string(src), "\n\n", 2)[0]
+		for _, part := range []string{"-- KEYS", "-- ARGV", "Returns", "Side effects", "Complexity"} {
+			if !strings.Contains(header, part) {
+				t.Errorf("%s: the header does not state %q", name, part)
+			}
+		}
+	}
+}
+
+// TestNoScriptRecovery: after SCRIPT FLUSH (as after a restart or a
+// failover) a script runs again by SHA, alone and in a pipeline.
+func TestNoScriptRecovery(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	for round := range 3 {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		n, err := Heartbeat.Run(ctx, c, []string{"qp:{t}:nodes"}, "n1", 1000).Int64()
+		if err != nil || n != 1 {
+			t.Fatalf("round %d: Run after SCRIPT FLUSH: %d, %v", round, n, err)
+		}
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		calls := []Call{
+			{Keys: []string{"qp:{t}:nodes"}, Args: []any{"n1", 1000}},
+			{Keys: []string{"qp:{t}:nodes"}, Args: []any{"n2", 1000}},
+		}
+		if err := Heartbeat.RunPipelined(ctx, c, calls); err != nil {
+			t.Fatalf("round %d: RunPipelined after SCRIPT FLUSH: %v", round, err)
+		}
+		for i, call := range calls {
+			if n, err := call.Cmd.Int64(); err != nil || n != int64(i+1) {
+				t.Fatalf("round %d: pipelined call %d: %d, %v", round, i, n, err)
+			}
+		}
+		if err := c.Del(ctx, "qp:{t}:nodes").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
