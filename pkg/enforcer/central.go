@@ -65,7 +65,7 @@ type centralCall struct {
 	limits [4]*policy.Limit
 	reply  [lua.DecideReplyFields]int64
 	err    error
-	done   chan struct{} // closed when reply or err is set
+	done   chan struct{} // capacity 1: signalled when reply or err is set
 	// state is callQueued until a worker sends the call (callSent) or its
 	// caller stops waiting (callAbandoned), whichever comes first: a call
 	// its caller gave up on, and got an answer from the failure mode for,
@@ -126,10 +126,17 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	if err != nil {
 		return err
 	}
+	reusable := true // no worker will touch the call again
 	if now != 0 {
 		b.run(ctx, now, []*centralCall{call}, &batchBuffers{})
+		<-call.done
 	} else {
-		err = b.submit(ctx, call)
+		var queued bool
+		queued, err = b.submit(ctx, call)
+		reusable = err == nil || !queued
+	}
+	if reusable {
+		defer callPool.Put(call)
 	}
 	if err == nil {
 		err = call.err
@@ -160,7 +167,9 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 			return nil, fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, p.Plane())
 		}
 	}
-	c := &centralCall{snap: snap, tenant: t, cost: cost * max(r.Units, 1), done: make(chan struct{})}
+	c := callPool.Get().(*centralCall)
+	c.reset()
+	c.snap, c.tenant, c.cost = snap, t, cost*max(r.Units, 1)
 	if ep >= 0 {
 		c.epLim = p.EndpointLimit(&t, ep)
 	}
@@ -239,34 +248,47 @@ func (c *centralCall) decision(d *Decision) {
 }
 
 // submit queues c for a batch and waits for its answer, at most the
-// decision deadline.
-func (b *central) submit(ctx context.Context, c *centralCall) error {
+// decision deadline. queued says whether a worker got the call (and may
+// still signal it after an error).
+func (b *central) submit(ctx context.Context, c *centralCall) (queued bool, err error) {
 	if b.breaker.blocked(b.e.clock()) {
-		return errRedisUnavailable // fail fast: no trip through the queue
+		return false, errRedisUnavailable // fail fast: no trip through the queue
 	}
 	timer := time.NewTimer(b.e.settings.redisTimeout)
 	defer timer.Stop()
 	select {
 	case b.batches <- c:
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-timer.C:
-		return fmt.Errorf("%w: the batch queue is full", errRedisUnavailable)
+		return false, fmt.Errorf("%w: the batch queue is full", errRedisUnavailable)
 	}
 	select {
 	case <-c.done:
-		return nil
+		return true, nil
 	case <-ctx.Done():
 		c.state.CompareAndSwap(callQueued, callAbandoned)
-		return ctx.Err()
+		return true, ctx.Err()
 	case <-timer.C:
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
 			// A Redis slow enough that calls wait their deadline out in the
 			// queue counts as failing, or the breaker would never open.
 			b.breaker.failure(b.e.clock())
 		}
-		return fmt.Errorf("%w: no answer within %s", errRedisUnavailable, b.e.settings.redisTimeout)
+		return true, fmt.Errorf("%w: no answer within %s", errRedisUnavailable, b.e.settings.redisTimeout)
 	}
+}
+
+// callPool recycles calls (and their channels: a decision through Redis
+// otherwise allocates a channel, the costliest of its allocations). A call
+// goes back only when no worker holds it any more.
+var callPool = sync.Pool{New: func() any { return &centralCall{done: make(chan struct{}, 1)} }}
+
+func (c *centralCall) reset() {
+	c.snap, c.tenant, c.epLim, c.keyLim = nil, policy.Tenant{}, nil, nil
+	c.cost, c.tierRank, c.mayBorrow, c.shard = 0, 0, false, 0
+	c.keys, c.limits, c.reply, c.err = [4]string{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, nil
+	c.state.Store(callQueued)
 }
 
 // batchLoop is one worker: it takes a call, adds whatever else is queued
@@ -328,7 +350,7 @@ func (b *central) batchLoop() {
 func (b *central) run(ctx context.Context, now int64, batch []*centralCall, buf *batchBuffers) {
 	b.call(ctx, now, batch, buf)
 	for _, c := range batch {
-		close(c.done)
+		c.done <- struct{}{}
 	}
 }
 
