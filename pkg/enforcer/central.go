@@ -21,9 +21,11 @@ import (
 
 // central is the central backend (mode central): every decision is made by
 // decide.lua in Redis, where all levels of every node's requests meet.
-// Concurrent decisions are coalesced into batches, one script call each
-// (batch.go). When Redis fails or is slow, a circuit breaker opens and the
-// plane's failureMode decides meanwhile (failure.go).
+// Concurrent decisions are coalesced into batches, one script call per batch
+// and shard (batchLoop). When Redis fails or is slow, a circuit breaker
+// opens and the plane's failureMode decides meanwhile (failure.go). It also
+// owns what both distributed backends share: the client, the fleet's size
+// and the background loops, which idle while the plane is in another mode.
 type central struct {
 	e      *Engine
 	client redis.UniversalClient
