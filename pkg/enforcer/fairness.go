@@ -40,7 +40,8 @@ type fairness struct {
 	lastTick int64
 	ticks    uint64
 	tenants  []*tenantState
-	weights  []int64 // per tenant, read with the tenant's lock at this tick
+	demands  []float64 // per tenant: the demand the allocation shares by, tokens/s
+	weights  []int64   // per tenant, read with the tenant's lock at this tick
 	ranks    []int
 	caps     []float64 // per tenant: the most its own limit lets through, tokens/s
 	byTier   [policy.MaxTiers][]scheduler.Item
@@ -56,9 +57,12 @@ func (f *fairness) claimTick(now int64, interval time.Duration) bool {
 	return now >= next && f.nextTick.CompareAndSwap(next, now+interval.Microseconds())
 }
 
-// shareRate is the tenant's fair share in tokens per second.
+// shareRate is the tenant's fair share on this node in tokens per second:
+// its tier's level times its weight, times the part of its fleet-wide
+// demand that arrives here (1 but in mode local-reconciled).
 func (f *fairness) shareRate(ts *tenantState) float64 {
-	return math.Float64frombits(f.levelBits[ts.tierRank].Load()) * float64(ts.tenant.Weight)
+	return math.Float64frombits(f.levelBits[ts.tierRank].Load()) * float64(ts.tenant.Weight) *
+		math.Float64frombits(ts.partBits.Load())
 }
 
 // tick measures demand, reallocates contended capacity and prunes idle state.
@@ -86,7 +90,14 @@ func (e *Engine) tick(now int64) {
 		return
 	}
 
+	// In mode local-reconciled the allocation is the fleet's: this node's
+	// capacity, floors and tenants' caps scaled up by the node's share of
+	// the plane (scale), and each tenant's fleet-wide demand where the
+	// reconcile loop brought it back; each tenant is then paced at the
+	// part of its fleet share that its demand here is of its fleet demand.
+	scale, fleet := e.fleetView()
 	f.tenants = e.tenants.appendAll(f.tenants[:0])
+	f.demands = grow(f.demands, len(f.tenants))
 	f.weights = grow(f.weights, len(f.tenants))
 	f.ranks = grow(f.ranks, len(f.tenants))
 	f.caps = grow(f.caps, len(f.tenants))
@@ -102,7 +113,7 @@ func (e *Engine) tick(now int64) {
 		f.weights[i], f.ranks[i], f.caps[i] = 1, len(snap.floors)-1, math.Inf(1)
 		if ts.snap == snap && ts.tenant.Weight >= 1 {
 			f.weights[i], f.ranks[i] = ts.tenant.Weight, ts.tierRank
-			f.caps[i] = ts.sustainableRate(snap)
+			f.caps[i] = ts.sustainableRate(snap) * scale
 		}
 		ts.mu.Unlock()
 		if first {
@@ -123,19 +134,28 @@ func (e *Engine) tick(now int64) {
 			demand, ts.demandAverage, ts.demandWeight = 0, 0, 0
 		}
 		ts.demandBits.Store(math.Float64bits(demand))
-		total += demand
+		whole, part := demand*scale, 1.0
+		if d, ok := fleet[ts.name]; ok && d > demand {
+			whole = d
+		}
+		if whole > 0 && scale != 1 {
+			part = demand / whole
+		}
+		ts.partBits.Store(math.Float64bits(part))
+		f.demands[i] = whole
+		total += whole
 	}
 	if first {
 		return
 	}
 
 	bias, fill := e.refillBias(now)
-	capacity := snap.globalPerSec * (1 - e.settings.headroom - bias)
+	capacity := snap.globalPerSec * scale * (1 - e.settings.headroom - bias)
 	if snap.globalPerSec <= 0 || (total < 0.9*capacity && denials == 0 && fill > 0.5) {
 		// A global limit that never refills has no rate to share.
 		f.contended.Store(false)
 	} else {
-		f.allocate(snap, capacity)
+		f.allocate(snap, capacity, scale)
 	}
 }
 
@@ -159,14 +179,15 @@ func (e *Engine) refillBias(now int64) (bias, fill float64) {
 
 const maxRefillBias = 0.1
 
-// allocate computes every tier's water level and publishes them.
-func (f *fairness) allocate(snap *snapshot, capacity float64) {
+// allocate computes every tier's water level and publishes them. capacity
+// is scale times the snapshot's (see tick).
+func (f *fairness) allocate(snap *snapshot, capacity, scale float64) {
 	tiers := len(snap.floors)
 	for k := range tiers {
 		f.byTier[k] = f.byTier[k][:0]
 	}
-	for i, ts := range f.tenants {
-		if demand := math.Float64frombits(ts.demandBits.Load()); demand > 0 {
+	for i := range f.tenants {
+		if demand := f.demands[i]; demand > 0 {
 			// Demand counts only requests that passed the tenant's own
 			// levels, but one denied at global leaves its tokens, so the
 			// next is counted too: the tenant's own limit caps the claim.
@@ -180,7 +201,7 @@ func (f *fairness) allocate(snap *snapshot, capacity float64) {
 		for _, it := range f.byTier[k] {
 			demand += it.Cap
 		}
-		floor := snap.floors[k] * capacity / snap.globalPerSec // floors shrink with what is held back
+		floor := snap.floors[k] * capacity / (snap.globalPerSec * scale) // floors shrink with what is held back
 		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: floor, Cap: demand})
 	}
 	f.out = grow(f.out, tiers+len(f.tenants))

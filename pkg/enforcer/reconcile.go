@@ -1,8 +1,10 @@
 package enforcer
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,9 +69,22 @@ type reconciler struct {
 	offered  int64   // the plane's offered count at the last reconcile
 	lastRun  int64   // µs of the last reconcile; 0 before the first since begin
 	demand   float64 // tokens per second, smoothed over reconciles
+	scratch  []*tenantState
 
+	fleet atomic.Pointer[fleetDemand]
 	stats reconcileStats
 }
+
+// fleetDemand is what the last reconcile brought back of the fleet's
+// demand per tenant (tokens/s, for this node's busiest tenants), and when.
+type fleetDemand struct {
+	byTenant map[string]float64
+	at       int64 // µs
+}
+
+// maxFleetTenants bounds the tenants whose demand a node pushes and pulls
+// per reconcile: its busiest, where fairness has something to share.
+const maxFleetTenants = 128
 
 type reconcileStats struct {
 	runs, failures, reshares atomic.Int64
@@ -169,24 +184,42 @@ func (r *reconciler) reconcile() {
 	ttl := 3 * interval // a node is dead after three missed reconciles
 	prefix := planeKey(p)
 	g := spec.Global
+	args := []any{e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
+		interval.Microseconds()}
+	busiest := r.busiest()
+	for _, ts := range busiest {
+		args = append(args, ts.name, int64(math.Float64frombits(ts.demandBits.Load())))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
-	reply, err := lua.Reconcile.Run(ctx, e.redis, []string{prefix + "g", prefix + "nodes", prefix + "rc"},
-		e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
-		interval.Microseconds()).Int64Slice()
+	reply, err := lua.Reconcile.Run(ctx, e.redis, []string{prefix + "g", prefix + "nodes", prefix + "rc", prefix + "td:" + e.nodeID},
+		args...).Slice()
 	cancel()
 	r.stats.runs.Add(1)
-	if err != nil || len(reply) != 3 {
+	if err != nil || len(reply) != 4 {
 		r.stats.failures.Add(1)
 		return // keep the local state; the push goes again next time
 	}
 	r.pending = 0
-	level, fleetDemand, nodes := reply[0], reply[1], max(reply[2], 1)
+	level, _ := reply[0].(int64)
+	fleetTotal, _ := reply[1].(int64)
+	nodes, _ := reply[2].(int64)
+	nodes = max(nodes, 1)
+	totals, _ := reply[3].([]any)
+	byTenant := make(map[string]float64, len(busiest))
+	for i, ts := range busiest {
+		if i < len(totals) {
+			if d, ok := totals[i].(int64); ok {
+				byTenant[ts.name] = float64(d)
+			}
+		}
+	}
+	r.fleet.Store(&fleetDemand{byTenant: byTenant, at: now})
 	r.stats.fleetLevel.Store(level)
 	e.central.fleet.nodes.Store(nodes)
 	even := 1 / float64(nodes)
 	share := even
-	if fleetDemand > 0 && demand >= 0 {
-		share = (1-shareFloor)*float64(demand)/float64(fleetDemand) + shareFloor*even
+	if fleetTotal > 0 && demand >= 0 {
+		share = (1-shareFloor)*float64(demand)/float64(fleetTotal) + shareFloor*even
 	}
 	old := r.fraction()
 	growFrom := old
@@ -202,6 +235,43 @@ func (r *reconciler) reconcile() {
 	e.payDebt(int64(float64(level)*r.fraction()), now)
 }
 
+// busiest are this node's tenants with the most demand, at most
+// maxFleetTenants, when the plane shares by fairness.
+func (r *reconciler) busiest() []*tenantState {
+	if r.e.snap.Load().fairness == fairNone {
+		return nil
+	}
+	r.scratch = r.e.tenants.appendAll(r.scratch[:0])
+	busy := r.scratch[:0]
+	for _, ts := range r.scratch {
+		if math.Float64frombits(ts.demandBits.Load()) >= 1 {
+			busy = append(busy, ts)
+		}
+	}
+	slices.SortFunc(busy, func(a, b *tenantState) int {
+		return cmp.Compare(math.Float64frombits(b.demandBits.Load()), math.Float64frombits(a.demandBits.Load()))
+	})
+	out := slices.Clone(busy[:min(len(busy), maxFleetTenants)])
+	clear(r.scratch)
+	return out
+}
+
+// fleetView is how the fairness tick sees the fleet: the factor from this
+// node's part of the plane to the whole (1 unless the plane is in mode
+// local-reconciled) and the fleet's demand per tenant, when a reconcile
+// brought it back within three intervals.
+func (e *Engine) fleetView() (scale float64, byTenant map[string]float64) {
+	p := e.policy.Load()
+	if e.reconciler == nil || p.Spec().Mode != "local-reconciled" {
+		return 1, nil
+	}
+	scale = 1 / e.reconciler.fraction()
+	if f := e.reconciler.fleet.Load(); f != nil && e.clock()-f.at <= 3*p.Spec().ReconcileInterval.Microseconds() {
+		byTenant = f.byTenant
+	}
+	return scale, byTenant
+}
+
 // leave takes the node out of the fleet at once (rather than after its
 // liveness expires) and forgets its reconcile fields.
 func (r *reconciler) leave(p *policy.Policy) {
@@ -211,6 +281,7 @@ func (r *reconciler) leave(p *policy.Policy) {
 	_, _ = r.e.redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.ZRem(ctx, prefix+"nodes", id)
 		pipe.HDel(ctx, prefix+"rc", "s:"+id, "d:"+id, "r:"+id, "t:"+id)
+		pipe.Del(ctx, prefix+"td:"+id)
 		return nil
 	})
 }

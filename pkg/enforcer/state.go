@@ -46,6 +46,10 @@ type tenantState struct {
 	// demandBits is the measured demand in tokens per second (float64
 	// bits), written by the fairness tick.
 	demandBits atomic.Uint64
+	// partBits is the part of the tenant's fleet-wide demand that arrives
+	// at this node (float64 bits; 1 but in mode local-reconciled), written
+	// by the fairness tick.
+	partBits atomic.Uint64
 	// The moving average behind demandBits; owned by the fairness tick.
 	demandAverage, demandWeight float64
 }
@@ -305,6 +309,7 @@ func (r *registry) getOrCreate(name, tier string, limit int) *tenantState {
 		return ts
 	}
 	ts := &tenantState{name: strings.Clone(name), requestedTier: strings.Clone(tier)}
+	ts.partBits.Store(math.Float64bits(1))
 	sh.tenants[ts.name] = ts
 	r.count.Add(1)
 	return ts

@@ -9,6 +9,10 @@
 -- KEYS[3]  the reconcile hash, per node: "s:<node>" its last applied push,
 --          "d:<node>" its demand, "r:<node>" its admission rate (tokens
 --          per second) and "t:<node>" the time of its last push (µs)
+-- KEYS[4]  this node's tenant demands: a hash, tenant → tokens/s. The
+--          other live nodes' are read too, by the same name with their ids
+--          (in the same slot: one hash tag; not declared, since which nodes
+--          are live is known only here)
 -- ARGV[1]  node id
 -- ARGV[2]  push sequence number: a push whose number is not above the
 --          node's last applied one is not applied again (a retry after a
@@ -18,6 +22,8 @@
 -- ARGV[5]  the node's demand, tokens/s; -1 before the node has measured it
 -- ARGV[6]  ttl in ms: the node is live until now + ttl
 -- ARGV[7..9]  the global limit: rate, burst, period µs
+-- ARGV[11..] pairs of tenant name and the node's demand for it, tokens/s:
+--          its busiest tenants
 -- ARGV[10] the reconcile interval, µs. The bucket may hold one interval's
 --          refill above its burst: pushes come up to an interval after the
 --          admissions they count, and capped at the burst the refill that
@@ -27,13 +33,14 @@
 -- push, less what the other live nodes admitted since their last pushes
 -- (their rate × the time since; may be negative: the fleet owes tokens);
 -- the live nodes' total demand, tokens/s (nodes that have not measured
--- theirs count as the average of those that have); the live nodes}.
+-- theirs count as the average of those that have); the live nodes; for
+-- each tenant of ARGV[11..], in order, the live nodes' total demand}.
 --
 -- Side effects: debits the global bucket (down to minus its burst),
 -- records the node's push, rate, demand and liveness, forgets nodes whose
 -- liveness expired, and sets expiries on everything it writes.
 --
--- Complexity: O(live nodes + expired nodes).
+-- Complexity: O(live nodes × tenants pushed + expired nodes).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -97,5 +104,26 @@ for _, n in ipairs(live) do
   end
 end
 if known > 0 then fleet = fleet * #live / known end
+
+-- tenant demands: this node's replace its last, then the fleet's totals
+local names, pairs_ = {}, {}
+for i = 11, #ARGV, 2 do
+  names[#names + 1] = ARGV[i]
+  pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = ARGV[i], ARGV[i + 1]
+end
+redis.call('DEL', KEYS[4])
+local totals = {}
+if #names > 0 then
+  redis.call('HSET', KEYS[4], unpack(pairs_))
+  redis.call('PEXPIRE', KEYS[4], ttl)
+  local td = string.sub(KEYS[4], 1, #KEYS[4] - #node)
+  for i = 1, #names do totals[i] = 0 end
+  for _, n in ipairs(live) do
+    local vals = redis.call('HMGET', td .. n, unpack(names))
+    for i = 1, #names do
+      if vals[i] then totals[i] = totals[i] + tonumber(vals[i]) end
+    end
+  end
+end
 redis.call('PEXPIRE', KEYS[3], math.max(ttl, 600000))
-return {level - math.floor(unpushed * per), math.floor(fleet), #live}
+return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals}
