@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,16 +22,22 @@ import (
 //
 //   - pushes the global tokens it admitted since its last push (numbered,
 //     so that a retry after a lost reply is not counted twice), its rate of
-//     admission and its demand, and keeps itself live in the plane's node
-//     set;
+//     admission, its claim on the plane and the demand of its busiest
+//     tenants, and keeps itself live in the plane's node set;
 //   - pulls the fleet's global level as of now (the bucket in Redis,
 //     refilled at the global rate and debited by every node's pushes, less
 //     what the other nodes admitted since their last pushes, estimated
-//     from their rates) and the live nodes' total demand;
-//   - sizes its share by demand: (1-shareFloor) × its part of the fleet's
-//     demand + shareFloor / nodes, at most doubling per reconcile. Shares
-//     add up to one when the demand figures are current, so what idle
-//     nodes leave goes to busy ones;
+//     from their rates), the live nodes' total claim, each of its busiest
+//     tenants' fleet-wide demand, and the water level of the fleet's
+//     weighted max-min share of the global rate among all the tenants the
+//     nodes pushed;
+//   - sizes its share by its claim: (1-shareFloor) × its part of the
+//     fleet's claims + shareFloor / nodes, at most doubling per reconcile.
+//     A node's claim is its demand less what its tenants ask beyond their
+//     fleet-wide fair shares, so a node that serves a whale does not take
+//     capacity from one whose tenants are within their shares
+//     (TestReconciledFairnessAcrossNodes). Shares add up to one when the
+//     figures are current, so what idle nodes leave goes to busy ones;
 //   - pays its part of any debt: its local global bucket comes down to its
 //     share of the fleet's level when that is lower. A fleet level below
 //     zero means the fleet admitted more than the limit: shares computed
@@ -45,11 +52,14 @@ import (
 // three intervals after its last reconcile, and its share goes to the
 // others at their next reconcile.
 //
+// The fairness tick shares in the fleet's frame: the node's capacity,
+// floors and caps scaled up to the whole plane, each busy tenant at its
+// fleet-wide demand, and each tenant paced here at the part of its fair
+// share that its demand here is of its fleet demand (fleetView).
+//
 // Lower levels (tenant, endpoint, key) are enforced at each node's share,
 // which is exact when a tenant's requests spread over the nodes as the
-// fleet's do (a balancer's round robin); they are not reconciled, and the
-// fairness tick shares the node's part of the global rate by the demand
-// this node sees.
+// fleet's do (a balancer's round robin); they are not reconciled.
 //
 // When Redis is unreachable the node keeps its share (bounded local
 // enforcement) and pushes what it admitted when Redis is back.
@@ -69,7 +79,13 @@ type reconciler struct {
 	offered  int64   // the plane's offered count at the last reconcile
 	lastRun  int64   // µs of the last reconcile; 0 before the first since begin
 	demand   float64 // tokens per second, smoothed over reconciles
-	scratch  []*tenantState
+	// unfair is the part of demand beyond the fleet's fair shares of this
+	// node's busiest tenants, as of the last reconcile: the node claims
+	// its demand less it, so that a node whose demand is a whale's beyond
+	// its share does not take capacity from one whose tenants are within
+	// theirs.
+	unfair  float64
+	scratch []*tenantState
 
 	fleet atomic.Pointer[fleetDemand]
 	stats reconcileStats
@@ -170,7 +186,9 @@ func (r *reconciler) reconcile() {
 		admitRate = (admitted - r.admitted) * 1_000_000 / (now - r.lastRun)
 		instant := float64(offered-r.offered) * 1e6 / float64(now-r.lastRun)
 		r.demand += (instant - r.demand) / 2
-		demand = int64(r.demand)
+		// What the fleet's fair shares let through of it: the node's claim
+		// on the plane (see fairDemand).
+		demand = int64(r.demand - r.unfair)
 	}
 	r.admitted, r.offered, r.lastRun = admitted, offered, now
 	if r.pending == 0 && admitted > r.pushed {
@@ -188,14 +206,17 @@ func (r *reconciler) reconcile() {
 		interval.Microseconds()}
 	busiest := r.busiest()
 	for _, ts := range busiest {
-		args = append(args, ts.name, int64(math.Float64frombits(ts.demandBits.Load())))
+		ts.mu.Lock()
+		weight := max(ts.tenant.Weight, 1)
+		ts.mu.Unlock()
+		args = append(args, ts.name, int64(math.Float64frombits(ts.demandBits.Load())), weight)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
 	reply, err := lua.Reconcile.Run(ctx, e.redis, []string{prefix + "g", prefix + "nodes", prefix + "rc", prefix + "td:" + e.nodeID},
 		args...).Slice()
 	cancel()
 	r.stats.runs.Add(1)
-	if err != nil || len(reply) != 4 {
+	if err != nil || len(reply) != 5 {
 		r.stats.failures.Add(1)
 		return // keep the local state; the push goes again next time
 	}
@@ -205,11 +226,19 @@ func (r *reconciler) reconcile() {
 	nodes, _ := reply[2].(int64)
 	nodes = max(nodes, 1)
 	totals, _ := reply[3].([]any)
+	water := math.Inf(1) // the fleet's max-min level: +Inf when demand fits
+	if l, ok := reply[4].(string); ok {
+		if f, err := strconv.ParseFloat(l, 64); err == nil && f >= 0 {
+			water = f
+		}
+	}
 	byTenant := make(map[string]float64, len(busiest))
+	r.unfair = 0
 	for i, ts := range busiest {
 		if i < len(totals) {
-			if d, ok := totals[i].(int64); ok {
+			if d, ok := totals[i].(int64); ok && d > 0 {
 				byTenant[ts.name] = float64(d)
+				r.unfair += unfairPart(ts, float64(d), water)
 			}
 		}
 	}
@@ -233,6 +262,18 @@ func (r *reconciler) reconcile() {
 		e.reshare()
 	}
 	e.payDebt(int64(float64(level)*r.fraction()), now)
+}
+
+// unfairPart is what tenant ts asks of this node beyond its part of its
+// fleet-wide fair share: fleet demand fleet, fair share min(fleet, level ×
+// weight), of which this node's part is its part of the demand.
+func unfairPart(ts *tenantState, fleet, level float64) float64 {
+	local := math.Float64frombits(ts.demandBits.Load())
+	ts.mu.Lock()
+	weight := float64(max(ts.tenant.Weight, 1))
+	ts.mu.Unlock()
+	fair := min(fleet, level*weight)
+	return max(0, local-fair*local/fleet)
 }
 
 // busiest are this node's tenants with the most demand, at most

@@ -131,3 +131,74 @@ func TestReconciledNodeLoss(t *testing.T) {
 		t.Errorf("the loss took %s to see; want the ttl and a reconcile, %s", seen, 5*interval)
 	}
 }
+
+// TestReconciledFairnessAcrossNodes: a whale whose traffic all arrives at
+// one node, and small tenants spread over both, at global overload with
+// fairness maxmin. Node shares follow the fleet's fair shares, not raw
+// demand: the node without the whale gets what its small tenants need,
+// and every small tenant is served as on one node.
+func TestReconciledFairnessAcrossNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of real time")
+	}
+	srv := redistest.Start(t)
+	p := compileYAML(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: 100ms")+`  global: {rate: 1000, burst: 1000}
+  fairness: maxmin
+  tiers: [{name: t, weight: 1, tenant: {rate: 100000, burst: 100000}}]
+`)
+	nodes := []*Engine{
+		newEngine(t, p, WithRedis(srv.Client()), WithNodeID("whale-node")),
+		newEngine(t, p, WithRedis(srv.Client()), WithNodeID("other")),
+	}
+	const warmUp, run = 3 * time.Second, 3 * time.Second
+	var smallOK, smallAll [2]atomic.Int64
+	var whaleOK atomic.Int64
+	var measuring atomic.Bool
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, e := range nodes {
+		wg.Go(func() {
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for n := 0; time.Since(start) < warmUp+run; n++ {
+				<-tick.C
+				measuring.Store(time.Since(start) > warmUp)
+				if i == 0 { // the whale: 2,000/s, all here
+					for range 2 {
+						if d, err := e.Decide(context.Background(), Request{Tenant: "whale", Endpoint: "x"}); err == nil && d.Allow && measuring.Load() {
+							whaleOK.Add(1)
+						}
+					}
+				}
+				if n%7 == 0 { // ten small tenants, about 14/s each per node
+					d, err := e.Decide(context.Background(), Request{Tenant: sprintf("s%d", (n/7)%10), Endpoint: "x"})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if measuring.Load() {
+						smallAll[i].Add(1)
+						if d.Allow {
+							smallOK[i].Add(1)
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	whaleRate := float64(whaleOK.Load()) / run.Seconds()
+	smallRate := float64(smallOK[0].Load()+smallOK[1].Load()) / run.Seconds()
+	t.Logf("whale %.0f/s, small tenants %.0f/s; shares %.3f and %.3f", whaleRate, smallRate,
+		nodes[0].reconciler.fraction(), nodes[1].reconciler.fraction())
+	for i := range nodes {
+		served := float64(smallOK[i].Load()) / float64(smallAll[i].Load())
+		t.Logf("%s: small tenants served %.1f%%", nodes[i].nodeID, 100*served)
+		if served < 0.95 {
+			t.Errorf("%s serves its small tenants %.1f%%, want at least 95%%", nodes[i].nodeID, 100*served)
+		}
+	}
+	if whaleRate+smallRate > 1000*1.05 {
+		t.Errorf("the fleet admitted %.0f/s, over the global 1000/s", whaleRate+smallRate)
+	}
+}

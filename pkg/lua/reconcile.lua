@@ -19,11 +19,13 @@
 --          lost reply never counts twice)
 -- ARGV[3]  tokens admitted in this push
 -- ARGV[4]  the node's admission rate since its last push, tokens/s
--- ARGV[5]  the node's demand, tokens/s; -1 before the node has measured it
+-- ARGV[5]  the node's claim: its demand, less what its busiest tenants ask
+--          beyond their fleet-wide fair shares (tokens/s; -1 before the
+--          node has measured it)
 -- ARGV[6]  ttl in ms: the node is live until now + ttl
 -- ARGV[7..9]  the global limit: rate, burst, period µs
--- ARGV[11..] pairs of tenant name and the node's demand for it, tokens/s:
---          its busiest tenants
+-- ARGV[11..] triples of tenant name, the node's demand for it (tokens/s)
+--          and its fairness weight: the node's busiest tenants
 -- ARGV[10] the reconcile interval, µs. The bucket may hold one interval's
 --          refill above its burst: pushes come up to an interval after the
 --          admissions they count, and capped at the burst the refill that
@@ -34,13 +36,17 @@
 -- (their rate × the time since; may be negative: the fleet owes tokens);
 -- the live nodes' total demand, tokens/s (nodes that have not measured
 -- theirs count as the average of those that have); the live nodes; for
--- each tenant of ARGV[11..], in order, the live nodes' total demand}.
+-- each tenant of ARGV[11..], in order, the live nodes' total demand; the
+-- water level of the fleet's weighted max-min share of the global rate
+-- among every tenant the live nodes pushed (tokens/s per unit of weight,
+-- as a decimal string; "-1" when their demand fits)}.
 --
 -- Side effects: debits the global bucket (down to minus its burst),
 -- records the node's push, rate, demand and liveness, forgets nodes whose
 -- liveness expired, and sets expiries on everything it writes.
 --
--- Complexity: O(live nodes × tenants pushed + expired nodes).
+-- Complexity: O(T log T + expired nodes), T the tenants all live nodes
+-- pushed (at most 128 each).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -105,25 +111,51 @@ for _, n in ipairs(live) do
 end
 if known > 0 then fleet = fleet * #live / known end
 
--- tenant demands: this node's replace its last, then the fleet's totals
-local names, pairs_ = {}, {}
-for i = 11, #ARGV, 2 do
+-- Tenant demands: this node's replace its last ("demand:weight"), then
+-- the fleet's, summed over the live nodes.
+local names, fields = {}, {}
+for i = 11, #ARGV, 3 do
   names[#names + 1] = ARGV[i]
-  pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = ARGV[i], ARGV[i + 1]
+  fields[#fields + 1], fields[#fields + 2] = ARGV[i], ARGV[i + 1] .. ':' .. ARGV[i + 2]
 end
 redis.call('DEL', KEYS[4])
-local totals = {}
 if #names > 0 then
-  redis.call('HSET', KEYS[4], unpack(pairs_))
+  redis.call('HSET', KEYS[4], unpack(fields))
   redis.call('PEXPIRE', KEYS[4], ttl)
-  local td = string.sub(KEYS[4], 1, #KEYS[4] - #node)
-  for i = 1, #names do totals[i] = 0 end
-  for _, n in ipairs(live) do
-    local vals = redis.call('HMGET', td .. n, unpack(names))
-    for i = 1, #names do
-      if vals[i] then totals[i] = totals[i] + tonumber(vals[i]) end
+end
+local td = string.sub(KEYS[4], 1, #KEYS[4] - #node)
+local sums, weights, order = {}, {}, {}
+for _, n in ipairs(live) do
+  local all = redis.call('HGETALL', td .. n)
+  for i = 1, #all, 2 do
+    local d, w = string.match(all[i + 1], '^(%d+):(%d+)$')
+    if d then
+      if not sums[all[i]] then
+        sums[all[i]], weights[all[i]] = 0, tonumber(w)
+        order[#order + 1] = all[i]
+      end
+      sums[all[i]] = sums[all[i]] + tonumber(d)
     end
   end
 end
+local totals = {}
+for i, name in ipairs(names) do totals[i] = sums[name] or 0 end
+
+-- The water level: sum over tenants of min(demand, level × weight) is the
+-- global rate, filling the smallest claims per unit of weight first.
+local water = '-1'
+local capacity, wanted, weight = rate * 1000000 / per, 0, 0
+for _, name in ipairs(order) do
+  wanted, weight = wanted + sums[name], weight + weights[name]
+end
+if wanted > capacity and weight > 0 then
+  table.sort(order, function(a, b) return sums[a] / weights[a] < sums[b] / weights[b] end)
+  local left = capacity
+  for _, name in ipairs(order) do
+    if sums[name] > left / weight * weights[name] then break end
+    left, weight = left - sums[name], weight - weights[name]
+  end
+  water = string.format('%.9g', left / weight)
+end
 redis.call('PEXPIRE', KEYS[3], math.max(ttl, 600000))
-return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals}
+return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals, water}
