@@ -140,6 +140,9 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	if reusable {
 		defer callPool.Put(call)
 	}
+	// A call that timed out after a worker sent it may still be debited in
+	// Redis: its local decision is not journaled, or it would count twice.
+	journal := err == nil || call.state.Load() != callSent
 	if err == nil {
 		err = call.err
 	}
@@ -150,7 +153,7 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
-	return b.fail(call, now, r, d)
+	return b.fail(call, now, r, d, journal)
 }
 
 // prepare resolves r's limits from the full policy into a script call.
@@ -360,6 +363,11 @@ func (b *central) run(ctx context.Context, now int64, batch []*centralCall, buf 
 // the batch touches, pipelined when there are several. It sets each call's
 // reply or err.
 func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf *batchBuffers) {
+	snap := batch[0].snap
+	k := len(snap.shardPrefixes)
+	if buf.split(batch, k) == 0 {
+		return // every caller gave up: nothing to send, nothing to tell the breaker
+	}
 	// While the breaker is open, batches fail at once (no trip to Redis)
 	// but for one probe per cooldown.
 	if !b.breaker.allow(b.e.clock()) {
@@ -368,17 +376,11 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 		}
 		return
 	}
-	snap := batch[0].snap
-	k := len(snap.shardPrefixes)
 	ctx, cancel := context.WithTimeout(ctx, b.e.settings.redisTimeout)
 	defer cancel()
-	buf.split(batch, k)
 	var err error
 	if k == 1 {
 		part := buf.parts[0]
-		if len(part) == 0 {
-			return // every caller gave up
-		}
 		args := buf.args(0)
 		args.build(b, snap, 0, part)
 		b.stats.calls.Add(1)
@@ -448,7 +450,9 @@ type batchBuffers struct {
 	calls  []lua.Call
 }
 
-func (bb *batchBuffers) split(batch []*centralCall, k int) {
+// split sorts the calls whose callers still wait by shard and marks them
+// sent; it returns how many there are.
+func (bb *batchBuffers) split(batch []*centralCall, k int) (sent int) {
 	for len(bb.parts) < k {
 		bb.parts = append(bb.parts, nil)
 	}
@@ -460,8 +464,10 @@ func (bb *batchBuffers) split(batch []*centralCall, k int) {
 	for _, c := range batch {
 		if c.state.CompareAndSwap(callQueued, callSent) {
 			bb.parts[c.shard] = append(bb.parts[c.shard], c)
+			sent++
 		}
 	}
+	return sent
 }
 
 func (bb *batchBuffers) args(shard int) *batchArgs {

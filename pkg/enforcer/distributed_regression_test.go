@@ -3,6 +3,8 @@ package enforcer
 import (
 	"context"
 	"encoding/binary"
+	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,5 +154,47 @@ func TestReconciledModeSwitch(t *testing.T) {
 	other.reconciler.reconcile()
 	if level := other.reconciler.stats.fleetLevel.Load() / 1_000_000; level < 990 {
 		t.Fatalf("the fleet's level is %d: the node's admissions in mode local were pushed", level)
+	}
+}
+
+// A batch whose callers all gave up must not leave the breaker probing: it
+// would stay open for good, every decision by the failure mode.
+func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
+	srv := redistest.Start(t)
+	var nowUs atomic.Int64
+	nowUs.Store(time.Now().UnixMicro())
+	clock := func() time.Time { return time.UnixMicro(nowUs.Load()) }
+	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
+	e := centralEngine(t, p, srv.Client(), "n1", WithClock(clock), WithBreakerCooldown(time.Second))
+	b := e.central
+	for range 3 {
+		b.breaker.failure(nowUs.Load())
+	}
+	nowUs.Add(2 * time.Second.Microseconds()) // the cooldown is over: a probe may go
+	c, err := b.prepare(b.snap.Load(), &Request{Tenant: "a", Endpoint: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.state.Store(callAbandoned)
+	b.run(context.Background(), 0, []*centralCall{c}, &batchBuffers{})
+	if b.breaker.blocked(nowUs.Load()) {
+		t.Fatal("an abandoned batch left the breaker probing")
+	}
+	d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x"})
+	if err != nil || !d.Allow || e.BackendStatus().Degraded {
+		t.Fatalf("after the cooldown the probe should reach Redis: %+v, %v, %+v", d, err, e.BackendStatus())
+	}
+}
+
+// A tenant whose demand here went to zero while its fleet figure is fresh,
+// in a tier with no pacing, must not get a NaN fair share.
+func TestShareRateWithoutDemand(t *testing.T) {
+	var f fairness
+	ts := &tenantState{}
+	ts.tenant.Weight = 3
+	ts.partBits.Store(math.Float64bits(0))
+	f.levelBits[0].Store(math.Float64bits(math.Inf(1)))
+	if r := f.shareRate(ts); !math.IsInf(r, 1) {
+		t.Fatalf("share rate %v, want +Inf (no pacing)", r)
 	}
 }

@@ -18,9 +18,9 @@ import (
 // concurrent use. Its state lives in memory (mode local); the distributed
 // backends build on it.
 //
-// Lock order: the fairness tick's mu, then swapMu (policy swaps, pruning),
-// then a tenant's mu or plane.mu (never both but in decideLocked, tenant
-// first), then a registry shard's mu.
+// Lock order: the reconciler's mu, then the fairness tick's mu, then swapMu
+// (policy swaps, pruning), then a tenant's mu or plane.mu (never both but in
+// decideLocked, tenant first), then a registry shard's mu.
 type Engine struct {
 	// policy is the policy in force; snap is what the engine's own state
 	// enforces: the policy itself in mode local, this node's share of it in
@@ -246,7 +246,8 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	}
 	if e.central != nil {
 		if p.Spec().Mode == "local-reconciled" {
-			e.reconciler.begin()
+			e.reconciler.reset()
+			e.reconciler.reconcile()
 		}
 		e.central.start()
 	}
@@ -274,12 +275,17 @@ func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 	if err := e.checkBackend(p); err != nil {
 		return err
 	}
+	switching := e.reconciler != nil && e.policy.Load().Spec().Mode != "local-reconciled" && p.Spec().Mode == "local-reconciled"
+	if switching {
+		// Before the loop can see the new mode, and outside swapMu: the
+		// reconciler's lock comes before it (reconcile reshares).
+		e.reconciler.reset()
+	}
 	e.swapMu.Lock()
-	old := e.policy.Load().Spec().Mode
 	err := e.installLocked(p, now.UnixMicro())
 	e.swapMu.Unlock()
-	if err == nil && old != "local-reconciled" && p.Spec().Mode == "local-reconciled" {
-		e.reconciler.begin() // outside swapMu: it may reshare
+	if err == nil && switching {
+		e.reconciler.reconcile() // outside swapMu: it may reshare
 	}
 	return err
 }

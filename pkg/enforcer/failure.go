@@ -19,9 +19,10 @@ const (
 // fail decides c's request while Redis cannot: by the plane's failureMode.
 // degrade decides locally with this node's share of every limit (the
 // engine's own state holds that share) and notes what it admits, to be
-// debited from the fleet's buckets when Redis is back; allow admits; deny
+// debited from the fleet's buckets when Redis is back (journal: unless
+// Redis may have decided the call too); allow admits; deny
 // denies at the global level until the breaker lets a call through again.
-func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error {
+func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision, journal bool) error {
 	b.stats.degraded.Add(1)
 	if now == 0 {
 		now = b.e.clock()
@@ -38,7 +39,7 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error
 	if err := b.e.decideOpts(now, r, arrival, d); err != nil {
 		return err
 	}
-	if d.Allow {
+	if d.Allow && journal {
 		prefix := c.snap.shardPrefixes[c.shard]
 		global, _ := b.shardLimits(c.snap, c.shard)
 		b.journal.add(prefix, prefix+"g", global, d.Cost)

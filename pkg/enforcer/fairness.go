@@ -61,8 +61,11 @@ func (f *fairness) claimTick(now int64, interval time.Duration) bool {
 // its tier's level times its weight, times the part of its fleet-wide
 // demand that arrives here (1 but in mode local-reconciled).
 func (f *fairness) shareRate(ts *tenantState) float64 {
-	return math.Float64frombits(f.levelBits[ts.tierRank].Load()) * float64(ts.tenant.Weight) *
-		math.Float64frombits(ts.partBits.Load())
+	level := math.Float64frombits(f.levelBits[ts.tierRank].Load())
+	if math.IsInf(level, 1) {
+		return level // the tier's whole demand fits: no pacing, whatever the part
+	}
+	return level * float64(ts.tenant.Weight) * math.Float64frombits(ts.partBits.Load())
 }
 
 // tick measures demand, reallocates contended capacity and prunes idle state.
@@ -134,12 +137,15 @@ func (e *Engine) tick(now int64) {
 			demand, ts.demandAverage, ts.demandWeight = 0, 0, 0
 		}
 		ts.demandBits.Store(math.Float64bits(demand))
+		// The tenant's fleet-wide demand: what the fleet reported (at
+		// least this node's own), or, for a tenant not among this node's
+		// busiest, its demand here as if spread like the node's.
 		whole, part := demand*scale, 1.0
-		if d, ok := fleet[ts.name]; ok && d > demand {
-			whole = d
+		if d, ok := fleet[ts.name]; ok {
+			whole = max(d, demand)
 		}
-		if whole > 0 && scale != 1 {
-			part = demand / whole
+		if demand > 0 && scale != 1 {
+			part = demand / whole // in (0, 1]; 1 when the demand is gone
 		}
 		ts.partBits.Store(math.Float64bits(part))
 		f.demands[i] = whole
@@ -201,7 +207,7 @@ func (f *fairness) allocate(snap *snapshot, capacity, scale float64) {
 		for _, it := range f.byTier[k] {
 			demand += it.Cap
 		}
-		floor := snap.floors[k] * capacity / (snap.globalPerSec * scale) // floors shrink with what is held back
+		floor := snap.floors[k] * capacity / snap.globalPerSec // in capacity's frame; floors shrink with what is held back
 		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: floor, Cap: demand})
 	}
 	f.out = grow(f.out, tiers+len(f.tenants))

@@ -128,18 +128,21 @@ func newReconciler(e *Engine) *reconciler {
 	return r
 }
 
-// begin starts local-reconciled mode (New, or a policy that switches to
-// it): what the node admitted before is not this mode's to push, and its
-// first reconcile sizes its share before it decides on its own.
-func (r *reconciler) begin() {
+// reset starts local-reconciled mode (New, or a policy that switches to
+// it): what the node admitted before is not this mode's to push, and the
+// first reconcile after it sizes the node's share before it decides on its
+// own.
+//
+// reset comes first, before the policy in the new mode is visible to the
+// loop, then reconcile.
+func (r *reconciler) reset() {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	pl := &r.e.plane
 	pl.mu.Lock()
 	r.pushed, r.admitted, r.offered = pl.admitted, pl.admitted, pl.offered
 	pl.mu.Unlock()
-	r.pending, r.lastRun, r.demand = 0, 0, 0
-	r.mu.Unlock()
-	r.reconcile()
+	r.pending, r.lastRun, r.demand, r.unfair = 0, 0, 0, 0
 }
 
 func (r *reconciler) fraction() float64 { return math.Float64frombits(r.share.Load()) }
@@ -188,7 +191,7 @@ func (r *reconciler) reconcile() {
 		r.demand += (instant - r.demand) / 2
 		// What the fleet's fair shares let through of it: the node's claim
 		// on the plane (see fairDemand).
-		demand = int64(r.demand - r.unfair)
+		demand = int64(max(r.demand-r.unfair, 0))
 	}
 	r.admitted, r.offered, r.lastRun = admitted, offered, now
 	if r.pending == 0 && admitted > r.pushed {
