@@ -45,6 +45,8 @@ func env(name, def string) string {
 func run() error {
 	policyDir := flag.String("policy", env("QUOTAPLANE_POLICY", ""), "directory of quota YAML files (default: the embedded sample plane) [QUOTAPLANE_POLICY]")
 	listen := flag.String("listen", env("QUOTAPLANE_LISTEN", ":8080"), "API listen address [QUOTAPLANE_LISTEN]")
+	adminListen := flag.String("admin-listen", env("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
+		"admin listen address: /healthz, /readyz, /metrics, /quota/debug; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
 	flag.Parse()
 
 	var (
@@ -67,33 +69,47 @@ func run() error {
 		return err
 	}
 	defer engine.Close()
+	metrics := server.NewMetrics(engine)
+	metrics.PolicyLoads.WithLabelValues("ok").Inc()
+	ready := func() bool { return true } // the policy was loaded before serving
 
-	srv := &http.Server{
-		Addr:              *listen,
-		Handler:           server.NewAPI(engine),
+	api := newServer(*listen, server.NewAPI(engine, metrics))
+	admin := newServer(*adminListen, server.NewAdmin(engine, metrics, ready))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 2)
+	go func() { errc <- api.ListenAndServe() }()
+	go func() { errc <- admin.ListenAndServe() }()
+	slog.Info("enforcer serving", "listen", *listen, "admin", *adminListen, "policy", source, "plane", p.Plane(), "hash", p.Hash()[:12], "mode", p.Spec().Mode)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	// Stop accepting, let in-flight decisions finish, then close the engine
+	// (deferred), which flushes what it owes Redis.
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, srv := range []*http.Server{api, admin} {
+		if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	slog.Info("enforcer stopped")
+	return nil
+}
+
+// newServer is an HTTP server with timeouts and a header size limit.
+func newServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	slog.Info("enforcer serving", "listen", *listen, "policy", source, "plane", p.Plane(), "hash", p.Hash()[:12], "mode", p.Spec().Mode)
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	slog.Info("enforcer stopped")
-	return nil
 }
 
 // check compiles each directory and prints its problems; the exit code is 1

@@ -33,12 +33,14 @@ const MaxBodyBytes = 1 << 20
 
 // API serves decisions from an engine.
 type API struct {
-	engine *enforcer.Engine
+	engine  *enforcer.Engine
+	metrics *Metrics
 }
 
-// NewAPI returns the handler of the decision API.
-func NewAPI(e *enforcer.Engine) http.Handler {
-	a := &API{engine: e}
+// NewAPI returns the handler of the decision API; m (which may be nil)
+// counts its decisions.
+func NewAPI(e *enforcer.Engine, m *Metrics) http.Handler {
+	a := &API{engine: e, metrics: m}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/{endpoint}", a.decide)
 	mux.HandleFunc("/api/{endpoint}", func(w http.ResponseWriter, r *http.Request) {
@@ -79,11 +81,13 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the body after %d bytes: %v", n, err))
 		return
 	}
+	start := time.Now()
 	d, err := a.engine.Decide(r.Context(), req)
 	if err != nil {
 		writeEngineError(w, err)
 		return
 	}
+	a.metrics.observe(a.engine, req.Tenant, d, time.Since(start))
 	body := decision{Allowed: d.Allow, Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining, Borrowed: d.Borrowed}
 	status := http.StatusOK
 	if !d.Allow {

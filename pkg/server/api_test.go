@@ -24,7 +24,7 @@ func sampleAPI(t *testing.T) http.Handler {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	return NewAPI(e)
+	return NewAPI(e, nil)
 }
 
 func post(h http.Handler, path string, headers map[string]string, body string) *httptest.ResponseRecorder {

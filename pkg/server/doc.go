@@ -6,4 +6,9 @@
 // 200 with a small JSON body, or 429 with Retry-After (whole seconds, rounded
 // up), X-Quota-Level (global|tenant|endpoint|key) and X-Quota-Reason. Every
 // other outcome is a 4xx or 5xx whose body says what is wrong.
+//
+// The admin handler (NewAdmin) serves what operators and probes read, on a
+// listener apart from the API's: /healthz, /readyz, /metrics (Prometheus;
+// tenant labels only for tenants the policy names, the rest as "other") and
+// /quota/debug?tenant=X.
 package server

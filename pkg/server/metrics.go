@@ -1,0 +1,122 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quotaplane/quotaplane/pkg/enforcer"
+)
+
+// otherTenant is the tenant label of every tenant the policy does not name:
+// labels come from the policy, never from requests, so their number is
+// bounded.
+const otherTenant = "other"
+
+// Metrics are the enforcer's Prometheus metrics. The decision API counts
+// into them; the rest is read from the engine at each scrape.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	admitted *prometheus.CounterVec
+	denied   *prometheus.CounterVec
+	latency  prometheus.Histogram
+
+	// PolicyLoads counts policy loads by result (ok, error); the enforcer's
+	// loader increments it.
+	PolicyLoads *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics of engine e in a new registry.
+func NewMetrics(e *enforcer.Engine) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		admitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quota_admitted_total",
+			Help: "Requests admitted, by tenant (named in the policy, else other) and tier.",
+		}, []string{"tenant", "tier"}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quota_denied_total",
+			Help: "Requests denied, by the level that fired.",
+		}, []string{"level"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "quota_decision_duration_seconds",
+			Help:    "Time to decide a request, from the engine's call to its answer.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12), // 1µs … 4s
+		}),
+		PolicyLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quota_policy_loads_total",
+			Help: "Policy loads by result: ok, or error (the last good policy stays in force).",
+		}, []string{"result"}),
+	}
+	for _, l := range enforcer.Levels {
+		m.denied.WithLabelValues(string(l))
+	}
+	m.PolicyLoads.WithLabelValues("ok")
+	m.PolicyLoads.WithLabelValues("error")
+	m.Registry.MustRegister(m.admitted, m.denied, m.latency, m.PolicyLoads, &engineCollector{e: e})
+	return m
+}
+
+// observe counts one decision of tenant that took d.
+func (m *Metrics) observe(e *enforcer.Engine, tenant string, dec enforcer.Decision, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.latency.Observe(d.Seconds())
+	if !dec.Allow {
+		m.denied.WithLabelValues(string(dec.Level)).Inc()
+		return
+	}
+	p := e.Policy()
+	label, tier := otherTenant, ""
+	if t, ok := p.Tenant(tenant); ok {
+		label, tier = t.Name, t.Tier
+	} else if t, ok := p.DefaultTenant(tenant, ""); ok {
+		tier = t.Tier
+	}
+	m.admitted.WithLabelValues(label, tier).Inc()
+}
+
+// engineCollector reads the engine's state at each scrape.
+type engineCollector struct{ e *enforcer.Engine }
+
+var (
+	policyVersionDesc = prometheus.NewDesc("quota_policy_version", "Version of the policy in force.", []string{"plane", "hash"}, nil)
+	backendDesc       = prometheus.NewDesc("quota_backend_degraded", "1 while Redis is unavailable and the plane's failureMode decides, by mode.", []string{"mode"}, nil)
+	nodesDesc         = prometheus.NewDesc("quota_fleet_nodes", "Live enforcer nodes of the plane as the heartbeats count them.", nil, nil)
+	scriptCallsDesc   = prometheus.NewDesc("quota_redis_script_calls_total", "Calls of the decision script.", nil, nil)
+	scriptFailsDesc   = prometheus.NewDesc("quota_redis_script_failures_total", "Calls of the decision script that failed.", nil, nil)
+	fallbacksDesc     = prometheus.NewDesc("quota_failure_mode_decisions_total", "Decisions made by the plane's failureMode.", nil, nil)
+	debtDesc          = prometheus.NewDesc("quota_borrow_debt", "Tokens a tenant the policy names owes the burst pool.", []string{"tenant"}, nil)
+)
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{policyVersionDesc, backendDesc, nodesDesc, scriptCallsDesc, scriptFailsDesc, fallbacksDesc, debtDesc} {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	p := c.e.Policy()
+	ch <- prometheus.MustNewConstMetric(policyVersionDesc, prometheus.GaugeValue, float64(p.Version()), p.ID(), p.Hash()[:12])
+	b := c.e.BackendStatus()
+	degraded := 0.0
+	if b.Degraded {
+		degraded = 1
+	}
+	ch <- prometheus.MustNewConstMetric(backendDesc, prometheus.GaugeValue, degraded, b.Mode)
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(b.Nodes))
+	ch <- prometheus.MustNewConstMetric(scriptCallsDesc, prometheus.CounterValue, float64(b.ScriptCalls))
+	ch <- prometheus.MustNewConstMetric(scriptFailsDesc, prometheus.CounterValue, float64(b.Failures))
+	ch <- prometheus.MustNewConstMetric(fallbacksDesc, prometheus.CounterValue, float64(b.Fallbacks))
+	now := time.Now()
+	for _, t := range p.Spec().Tenants {
+		if !p.MayBorrow(&t) {
+			continue
+		}
+		if s, ok := c.e.TenantStatusAt(now, t.Name); ok {
+			ch <- prometheus.MustNewConstMetric(debtDesc, prometheus.GaugeValue, float64(s.Debt), t.Name)
+		}
+	}
+}
