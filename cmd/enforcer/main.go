@@ -22,6 +22,7 @@ import (
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/reload"
 	"github.com/quotaplane/quotaplane/pkg/server"
 )
 
@@ -42,9 +43,21 @@ func env(name, def string) string {
 	return def
 }
 
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+		slog.Warn("ignoring an unparsable duration", "env", name, "value", v)
+	}
+	return def
+}
+
 func run() error {
 	policyDir := flag.String("policy", env("QUOTAPLANE_POLICY", ""), "directory of quota YAML files (default: the embedded sample plane) [QUOTAPLANE_POLICY]")
 	listen := flag.String("listen", env("QUOTAPLANE_LISTEN", ":8080"), "API listen address [QUOTAPLANE_LISTEN]")
+	reloadEvery := flag.Duration("reload-interval", envDuration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
+		"how often -policy DIR is read again for changes [QUOTAPLANE_RELOAD_INTERVAL]")
 	adminListen := flag.String("admin-listen", env("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
 		"admin listen address: /healthz, /readyz, /metrics, /quota/debug; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
 	flag.Parse()
@@ -71,12 +84,16 @@ func run() error {
 	defer engine.Close()
 	metrics := server.NewMetrics(engine)
 	metrics.PolicyLoads.WithLabelValues("ok").Inc()
-	ready := func() bool { return true } // the policy was loaded before serving
+	loader := reload.New(engine, metrics.PolicyLoads, slog.Default(), true) // the policy was loaded before serving
+	ready := loader.Ready
 
 	api := newServer(*listen, server.NewAPI(engine, metrics))
 	admin := newServer(*adminListen, server.NewAdmin(engine, metrics, ready))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *policyDir != "" {
+		go loader.WatchDir(ctx, *policyDir, *reloadEvery)
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- api.ListenAndServe() }()
 	go func() { errc <- admin.ListenAndServe() }()

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
 
-// samplePlane is the plane of config/samples.
-const samplePlane = "main"
+// samplePlane is the plane of config/samples, as the store names planes
+// (policy.ID: namespace/name).
+const samplePlane = "default/main"
 
 // waitTimeout bounds every wait of these tests; the waits themselves end on
 // a condition, usually within milliseconds.
@@ -32,8 +34,10 @@ func samplePolicy(t testing.TB, globalRate int64) *policy.Policy {
 	return samplePolicyOf(t, samplePlane, globalRate)
 }
 
-// samplePolicyOf is samplePolicy with the QuotaPlane renamed plane.
+// samplePolicyOf is samplePolicy with the QuotaPlane renamed: plane is
+// "default/<name>".
 func samplePolicyOf(t testing.TB, plane string, globalRate int64) *policy.Policy {
+	plane = strings.TrimPrefix(plane, "default/")
 	t.Helper()
 	objs, err := policy.ReadFS(samples.FS)
 	if err != nil {

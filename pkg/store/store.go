@@ -130,8 +130,8 @@ func (s *Store) Publish(ctx context.Context, p *policy.Policy) (version int64, c
 	if p == nil {
 		return 0, false, fmt.Errorf("store: plane %q: publish a nil policy", s.plane)
 	}
-	if p.Plane() != s.plane {
-		return 0, false, fmt.Errorf("store: plane %q: cannot publish the policy of plane %q", s.plane, p.Plane())
+	if p.ID() != s.plane {
+		return 0, false, fmt.Errorf("store: plane %q: cannot publish the policy of plane %q", s.plane, p.ID())
 	}
 	next := s.lastVersion.Load() + 1
 	for range maxPublishAttempts {
@@ -274,8 +274,8 @@ func (s *Store) decodeVersion(version int64, blob []byte) (*policy.Policy, error
 	if p.Version() != version {
 		return nil, s.corrupt(version, fmt.Errorf("the encoding says version %d", p.Version()))
 	}
-	if p.Plane() != s.plane {
-		return nil, s.corrupt(version, fmt.Errorf("the encoding is of plane %q", p.Plane()))
+	if p.ID() != s.plane {
+		return nil, s.corrupt(version, fmt.Errorf("the encoding is of plane %q", p.ID()))
 	}
 	return p, nil
 }

@@ -227,7 +227,7 @@ func TestPublishRejectsOtherPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err = st.Publish(context.Background(), samplePolicy(t, 10000))
-	if err == nil || !strings.Contains(err.Error(), `plane "other": cannot publish the policy of plane "main"`) {
+	if err == nil || !strings.Contains(err.Error(), `plane "other": cannot publish the policy of plane "default/main"`) {
 		t.Fatalf("Publish of another plane's policy = %v", err)
 	}
 	if _, _, err := st.Publish(context.Background(), nil); err == nil {
@@ -317,7 +317,7 @@ func corruptions(t *testing.T) []struct {
 		{"version mismatch", []any{"current", 2, "hash", good.Hash(), "v2", good.WithVersion(1).Encode()}, "version 2: corrupt policy: the encoding says version 1"},
 		{"tampered content", []any{"current", 2, "hash", good.Hash(), "v2", tampered}, "version 2: corrupt policy: decode policy"},
 		{"hash field disagrees", []any{"current", 2, "hash", good.Hash(), "v2", other.WithVersion(2).Encode()}, "version 2: corrupt policy: the hash field records content"},
-		{"other plane", []any{"current", 2, "hash", good.Hash(), "v2", samplePolicyOf(t, "other", 10000).WithVersion(2).Encode()}, `version 2: corrupt policy: the encoding is of plane "other"`},
+		{"other plane", []any{"current", 2, "hash", good.Hash(), "v2", samplePolicyOf(t, "other", 10000).WithVersion(2).Encode()}, `version 2: corrupt policy: the encoding is of plane "default/other"`},
 		{"encoding missing", []any{"current", 2, "hash", other.Hash()}, "version 2: corrupt policy: it is current but its encoding is not stored"},
 		{"current not a number", []any{"current", "two"}, `corrupt policy: the current version "two" is not a version number`},
 	}
@@ -342,7 +342,7 @@ func TestCurrentReportsCorruptVersion(t *testing.T) {
 			if !errors.Is(err, store.ErrCorrupt) {
 				t.Fatalf("Current = %v, want ErrCorrupt", err)
 			}
-			if msg := err.Error(); !strings.Contains(msg, `store: plane "main"`) || !strings.Contains(msg, tc.want) {
+			if msg := err.Error(); !strings.Contains(msg, `store: plane "default/main"`) || !strings.Contains(msg, tc.want) {
 				t.Fatalf("Current = %q, want it to name the plane and say %q", msg, tc.want)
 			}
 			if p, err := st.Get(ctx, 1); err != nil || p.Hash() != good.Hash() {

@@ -1,0 +1,196 @@
+package reload
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/store"
+)
+
+const planeYAML = `apiVersion: quotaplane.io/v1alpha1
+kind: QuotaPlane
+metadata: {name: main, namespace: team}
+spec:
+  global: {rate: 1000000, burst: 1000000}
+  tiers: [{name: std, weight: 1, tenant: {rate: 0, burst: %d}}]
+`
+
+func plane(burst int) string { return strings.Replace(planeYAML, "%d", strconv.Itoa(burst), 1) }
+
+func newLoads() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loads"}, []string{"result"})
+}
+
+// waitCount waits until the counter for result reaches n; the loads metric
+// is how a reload is observed, never a sleep.
+func waitCount(t *testing.T, loads *prometheus.CounterVec, result string, n float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for testutil.ToFloat64(loads.WithLabelValues(result)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s loads stayed at %v, want %v", result, testutil.ToFloat64(loads.WithLabelValues(result)), n)
+		}
+		<-tick.C
+	}
+}
+
+// admits counts how many of n unit requests of a fresh tenant pass: the
+// tenant limit's burst, since it never refills.
+func admits(t *testing.T, e *enforcer.Engine, tenant string, n int) int {
+	t.Helper()
+	var ok int
+	for range n {
+		d, err := e.Decide(context.Background(), enforcer.Request{Tenant: tenant, Endpoint: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allow {
+			ok++
+		}
+	}
+	return ok
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestWatchDir: edits of the files, a bad edit (counted, the last good
+// policy kept) and the symlink swap of a mounted ConfigMap are followed.
+func TestWatchDir(t *testing.T) {
+	dir := t.TempDir()
+	// A ConfigMap volume: files are links into ..data, itself a link to a
+	// timestamped directory that an update replaces.
+	write := func(name, content string) {
+		ts := filepath.Join(dir, "..v"+name)
+		if err := os.MkdirAll(ts, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ts, "plane.yaml"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		_ = os.Remove(tmp)
+		if err := os.Symlink("..v"+name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "plane.yaml")); os.IsNotExist(err) {
+			if err := os.Symlink("..data/plane.yaml", filepath.Join(dir, "plane.yaml")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("1", plane(5))
+	p, err := policy.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(p.WithVersion(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	loads := newLoads()
+	l := New(e, loads, quiet, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.WatchDir(ctx, dir, 10*time.Millisecond)
+
+	if got := admits(t, e, "a", 10); got != 5 {
+		t.Fatalf("admitted %d, want the burst of 5", got)
+	}
+	write("2", plane(8))
+	waitCount(t, loads, "ok", 1)
+	if v := e.Policy().Version(); v != 2 {
+		t.Fatalf("version %d after the first reload, want 2", v)
+	}
+	if got := admits(t, e, "b", 10); got != 8 {
+		t.Fatalf("a new tenant admitted %d after the reload, want the new burst of 8", got)
+	}
+	if got := admits(t, e, "a", 10); got != 0 {
+		t.Fatalf("the old tenant admitted %d more, want 0: its spent bucket is kept, not refilled by the reload", got)
+	}
+	write("3", "apiVersion: quotaplane.io/v1alpha1\nkind: QuotaPlane\nmetadata: {name: main}\nspec: {global: {rate: -1}}\n")
+	waitCount(t, loads, "error", 1)
+	if v := e.Policy().Version(); v != 2 {
+		t.Fatalf("a bad edit changed the policy to version %d", v)
+	}
+	write("4", plane(2))
+	waitCount(t, loads, "ok", 2)
+	if got := admits(t, e, "c", 10); got != 2 {
+		t.Fatalf("admitted %d after the last reload, want 2", got)
+	}
+}
+
+// TestWatchStore: a version published to Redis is loaded, a corrupt one is
+// counted and skipped.
+func TestWatchStore(t *testing.T) {
+	srv := redistest.Start(t)
+	compile := func(burst int) *policy.Policy {
+		objs, err := policy.DecodeYAML([]byte(plane(burst)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, problems := policy.Compile(objs)
+		if len(problems) > 0 {
+			t.Fatal(problems)
+		}
+		return p
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := store.New(srv.Client(), compile(5).ID(), store.WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Publish(ctx, compile(5)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	loads := newLoads()
+	l := New(e, loads, quiet, true)
+	go func() { _ = l.WatchStore(ctx, s) }()
+
+	if _, _, err := s.Publish(ctx, compile(9)); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "ok", 1)
+	if v := e.Policy().Version(); v != 2 {
+		t.Fatalf("version %d, want 2", v)
+	}
+	if got := admits(t, e, "a", 20); got != 9 {
+		t.Fatalf("admitted %d, want the new burst of 9", got)
+	}
+	// A corrupt version 3, written around the store.
+	if err := srv.Client().HSet(ctx, store.PolicyKey(first.ID()), "current", 3, "v3", "{not json", "hash", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "error", 1)
+	if v := e.Policy().Version(); v != 2 {
+		t.Fatalf("a corrupt version changed the policy to %d", v)
+	}
+}
