@@ -16,14 +16,18 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/reload"
 	"github.com/quotaplane/quotaplane/pkg/server"
+	"github.com/quotaplane/quotaplane/pkg/store"
 )
 
 func main() {
@@ -53,51 +57,107 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
+func envInt(name string, def int64) int64 {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+		slog.Warn("ignoring an unparsable number", "env", name, "value", v)
+	}
+	return def
+}
+
 func run() error {
-	policyDir := flag.String("policy", env("QUOTAPLANE_POLICY", ""), "directory of quota YAML files (default: the embedded sample plane) [QUOTAPLANE_POLICY]")
+	policyDir := flag.String("policy", env("QUOTAPLANE_POLICY", ""), "directory of quota YAML files, read again every -reload-interval (default: the embedded sample plane, unless -redis-addr) [QUOTAPLANE_POLICY]")
+	redisAddr := flag.String("redis-addr", env("QUOTAPLANE_REDIS_ADDR", ""), "Redis host:port: the distributed modes' state, and, without -policy, the policy store [QUOTAPLANE_REDIS_ADDR; password in QUOTAPLANE_REDIS_PASSWORD]")
+	plane := flag.String("plane", env("QUOTAPLANE_PLANE", ""), "the plane to load from the policy store, namespace/name [QUOTAPLANE_PLANE]")
+	nodeID := flag.String("node-id", env("QUOTAPLANE_NODE_ID", ""), "this enforcer's id in its fleet (default: host name and a random suffix) [QUOTAPLANE_NODE_ID]")
 	listen := flag.String("listen", env("QUOTAPLANE_LISTEN", ":8080"), "API listen address [QUOTAPLANE_LISTEN]")
-	reloadEvery := flag.Duration("reload-interval", envDuration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
-		"how often -policy DIR is read again for changes [QUOTAPLANE_RELOAD_INTERVAL]")
 	adminListen := flag.String("admin-listen", env("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
 		"admin listen address: /healthz, /readyz, /metrics, /quota/debug; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
+	reloadEvery := flag.Duration("reload-interval", envDuration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
+		"how often -policy DIR is read again for changes [QUOTAPLANE_RELOAD_INTERVAL]")
+	var o policy.Overrides
+	flag.StringVar(&o.Mode, "mode", env("QUOTAPLANE_MODE", ""), "override the plane's mode: local, central or local-reconciled [QUOTAPLANE_MODE]")
+	flag.StringVar(&o.Fairness, "fairness", env("QUOTAPLANE_FAIRNESS", ""), "override the plane's fairness: none, maxmin, wfq or drr [QUOTAPLANE_FAIRNESS]")
+	reconcileMs := flag.Int64("reconcile-ms", envInt("QUOTAPLANE_RECONCILE_MS", 0), "override the plane's reconcile interval, ms [QUOTAPLANE_RECONCILE_MS]")
+	flag.Int64Var(&o.BurstPoolSize, "burst-pool", envInt("QUOTAPLANE_BURST_POOL", 0), "override the burst pool's size, tokens [QUOTAPLANE_BURST_POOL]")
+	flag.Int64Var(&o.GlobalPerSecond, "global-rps", envInt("QUOTAPLANE_GLOBAL_RPS", 0), "override the global limit, tokens per second [QUOTAPLANE_GLOBAL_RPS]")
 	flag.Parse()
+	o.ReconcileInterval = time.Duration(*reconcileMs) * time.Millisecond
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var opts []enforcer.Option
+	var policies *store.Store
+	if *redisAddr != "" {
+		client := redis.NewClient(&redis.Options{Addr: *redisAddr, Password: os.Getenv("QUOTAPLANE_REDIS_PASSWORD"), ContextTimeoutEnabled: true})
+		defer client.Close()
+		opts = append(opts, enforcer.WithRedis(client))
+		if *policyDir == "" {
+			if *plane == "" {
+				return errors.New("-redis-addr without -policy loads the policy from the store: name the plane with -plane namespace/name")
+			}
+			var err error
+			if policies, err = store.New(client, *plane); err != nil {
+				return err
+			}
+		}
+	}
+	if *nodeID != "" {
+		opts = append(opts, enforcer.WithNodeID(*nodeID))
+	}
 
 	var (
-		p   *policy.Policy
-		err error
+		p      *policy.Policy
+		err    error
+		source = "embedded samples"
 	)
-	source := "embedded samples"
-	if *policyDir == "" {
-		p, err = policy.LoadFS(samples.FS)
-	} else {
+	switch {
+	case *policyDir != "":
 		source = *policyDir
-		p, err = policy.LoadDir(*policyDir)
+		if p, err = policy.LoadDir(*policyDir); err == nil {
+			p = p.WithVersion(1)
+		}
+	case policies != nil:
+		source = "redis " + *plane
+		p, err = firstFromStore(ctx, policies)
+	default:
+		p, err = policy.LoadFS(samples.FS)
+		if err == nil {
+			p = p.WithVersion(1)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("load policy from %s: %w", source, err)
 	}
-	p = p.WithVersion(1)
-	engine, err := enforcer.New(p)
+	inForce, err := p.Override(o)
+	if err != nil {
+		return err
+	}
+	engine, err := enforcer.New(inForce, opts...)
 	if err != nil {
 		return err
 	}
 	defer engine.Close()
 	metrics := server.NewMetrics(engine)
 	metrics.PolicyLoads.WithLabelValues("ok").Inc()
-	loader := reload.New(engine, metrics.PolicyLoads, slog.Default(), true) // the policy was loaded before serving
+	loader := reload.New(engine, o, metrics.PolicyLoads, slog.Default(), p)
 	ready := loader.Ready
 
 	api := newServer(*listen, server.NewAPI(engine, metrics))
 	admin := newServer(*adminListen, server.NewAdmin(engine, metrics, ready))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if *policyDir != "" {
+	switch {
+	case *policyDir != "":
 		go loader.WatchDir(ctx, *policyDir, *reloadEvery)
+	case policies != nil:
+		go func() { _ = loader.WatchStore(ctx, policies) }()
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- api.ListenAndServe() }()
 	go func() { errc <- admin.ListenAndServe() }()
-	slog.Info("enforcer serving", "listen", *listen, "admin", *adminListen, "policy", source, "plane", p.Plane(), "hash", p.Hash()[:12], "mode", p.Spec().Mode)
+	slog.Info("enforcer serving", "listen", *listen, "admin", *adminListen, "policy", source, "plane", inForce.ID(),
+		"version", inForce.Version(), "hash", inForce.Hash()[:12], "mode", inForce.Spec().Mode)
 	select {
 	case err := <-errc:
 		return err
@@ -114,6 +174,24 @@ func run() error {
 	}
 	slog.Info("enforcer stopped")
 	return nil
+}
+
+// firstFromStore waits for the plane's first published policy, trying
+// every second until ctx ends: an enforcer started before the manager
+// published has nothing to enforce yet.
+func firstFromStore(ctx context.Context, s *store.Store) (*policy.Policy, error) {
+	for {
+		p, err := s.Current(ctx)
+		if err == nil {
+			return p, nil
+		}
+		slog.Warn("waiting for the plane's policy in Redis", "plane", s.Plane(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // newServer is an HTTP server with timeouts and a header size limit.

@@ -10,6 +10,7 @@ package reload
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,35 +23,50 @@ import (
 
 // Loader applies policies to an engine and counts the outcomes.
 type Loader struct {
-	engine *enforcer.Engine
-	loads  *prometheus.CounterVec // by result: ok, error
-	log    *slog.Logger
-	ready  atomic.Bool
+	engine    *enforcer.Engine
+	overrides policy.Overrides
+	loads     *prometheus.CounterVec // by result: ok, error
+	log       *slog.Logger
+	ready     atomic.Bool
+
+	mu         sync.Mutex
+	lastSource string // hash of the last source policy applied
+	version    int64  // the last version applied
 }
 
-// New returns a loader for e; loads counts the outcomes by result ("ok",
-// "error"). The engine's policy counts as loaded when ready is true (it
-// came from the source itself).
-func New(e *enforcer.Engine, loads *prometheus.CounterVec, log *slog.Logger, ready bool) *Loader {
-	l := &Loader{engine: e, loads: loads, log: log}
-	l.ready.Store(ready)
+// New returns a loader for e, which applies overrides to every policy it
+// loads (the enforcer's flags); loads counts the outcomes by result ("ok",
+// "error"). loaded is the source policy the engine started with, or nil when
+// it started on a stand-in (not ready until the source's first policy).
+func New(e *enforcer.Engine, o policy.Overrides, loads *prometheus.CounterVec, log *slog.Logger, loaded *policy.Policy) *Loader {
+	l := &Loader{engine: e, overrides: o, loads: loads, log: log}
+	if loaded != nil {
+		l.lastSource, l.version = loaded.Hash(), loaded.Version()
+		l.ready.Store(true)
+	}
 	return l
 }
 
 // Ready reports whether a good policy from the source is in force.
 func (l *Loader) Ready() bool { return l.ready.Load() }
 
-// Apply puts p in force when its content differs from the policy in force
-// (versions aside) and reports whether it did.
+// Apply puts source policy p in force, with the overrides, when its
+// content differs from the last one applied, and reports whether it did.
 func (l *Loader) Apply(p *policy.Policy) (bool, error) {
-	current := l.engine.Policy()
-	if p.Hash() == current.Hash() && l.ready.Load() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p.Hash() == l.lastSource && l.ready.Load() {
 		return false, nil
 	}
-	if err := l.engine.SetPolicy(p); err != nil {
+	q, err := p.Override(l.overrides)
+	if err == nil {
+		err = l.engine.SetPolicy(q)
+	}
+	if err != nil {
 		l.failed(err)
 		return false, err
 	}
+	l.lastSource, l.version = p.Hash(), p.Version()
 	l.ready.Store(true)
 	l.loads.WithLabelValues("ok").Inc()
 	l.log.Info("policy loaded", "plane", p.ID(), "version", p.Version(), "hash", p.Hash()[:12], "mode", p.Spec().Mode)
@@ -86,10 +102,12 @@ func (l *Loader) WatchDir(ctx context.Context, dir string, every time.Duration) 
 			continue
 		}
 		lastErr = ""
-		if p.Hash() == l.engine.Policy().Hash() {
-			continue
+		l.mu.Lock()
+		same, next := p.Hash() == l.lastSource, l.version+1
+		l.mu.Unlock()
+		if !same {
+			_, _ = l.Apply(p.WithVersion(next))
 		}
-		_, _ = l.Apply(p.WithVersion(l.engine.Policy().Version() + 1))
 	}
 }
 

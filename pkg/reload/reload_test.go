@@ -107,7 +107,7 @@ func TestWatchDir(t *testing.T) {
 	}
 	defer e.Close()
 	loads := newLoads()
-	l := New(e, loads, quiet, true)
+	l := New(e, policy.Overrides{}, loads, quiet, p.WithVersion(1))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go l.WatchDir(ctx, dir, 10*time.Millisecond)
@@ -172,7 +172,7 @@ func TestWatchStore(t *testing.T) {
 	}
 	defer e.Close()
 	loads := newLoads()
-	l := New(e, loads, quiet, true)
+	l := New(e, policy.Overrides{}, loads, quiet, first)
 	go func() { _ = l.WatchStore(ctx, s) }()
 
 	if _, _, err := s.Publish(ctx, compile(9)); err != nil {
@@ -192,5 +192,45 @@ func TestWatchStore(t *testing.T) {
 	waitCount(t, loads, "error", 1)
 	if v := e.Policy().Version(); v != 2 {
 		t.Fatalf("a corrupt version changed the policy to %d", v)
+	}
+}
+
+// TestOverridesApplyToEveryLoad: the enforcer's flags override every
+// policy it loads, and an unchanged source is not loaded again.
+func TestOverridesApplyToEveryLoad(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "plane.yaml"), []byte(plane(5)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := policy.Overrides{GlobalPerSecond: 777, Fairness: "none"}
+	p, err := policy.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := p.WithVersion(1).Override(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	loads := newLoads()
+	l := New(e, o, loads, quiet, p.WithVersion(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.WatchDir(ctx, dir, 5*time.Millisecond)
+	if err := os.WriteFile(filepath.Join(dir, "plane.yaml"), []byte(plane(6)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "ok", 1)
+	if g, f := e.Policy().Global().Rate, e.Policy().Spec().Fairness; g != 777 || f != "none" {
+		t.Fatalf("after a reload the global rate is %d and fairness %s; want the overrides, 777 and none", g, f)
+	}
+	// Polls of an unchanged source load nothing: let some twenty pass.
+	<-time.After(100 * time.Millisecond)
+	if n := testutil.ToFloat64(loads.WithLabelValues("ok")); n != 1 {
+		t.Fatalf("%v loads of an unchanged source, want 1", n)
 	}
 }
