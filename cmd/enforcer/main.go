@@ -152,6 +152,7 @@ func run() error {
 		go loader.WatchDir(ctx, *policyDir, *reloadEvery)
 	case policies != nil:
 		go func() { _ = loader.WatchStore(ctx, policies) }()
+		go loader.Report(ctx, policies, metrics.Decisions, time.Second)
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- api.ListenAndServe() }()

@@ -185,3 +185,6 @@ func (e *Engine) BackendStatus() BackendStatus {
 	}
 	return s
 }
+
+// NodeID is the engine's name in its fleet (WithNodeID).
+func (e *Engine) NodeID() string { return e.nodeID }

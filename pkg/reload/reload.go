@@ -118,3 +118,26 @@ func (l *Loader) WatchDir(ctx context.Context, dir string, every time.Duration) 
 func (l *Loader) WatchStore(ctx context.Context, s *store.Store) error {
 	return s.Watch(ctx, func(p *policy.Policy) { _, _ = l.Apply(p) }, l.failed)
 }
+
+// Report tells the policy store, every interval until ctx ends, which policy
+// version this enforcer runs and its decisions per second (decisions counts
+// them), so that the manager can show how many enforcers loaded a version.
+// A report lapses after three intervals without renewal.
+func (l *Loader) Report(ctx context.Context, s *store.Store, decisions func() int64, every time.Duration) {
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	last, lastAt := decisions(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		n, now := decisions(), time.Now()
+		rate := float64(n-last) / now.Sub(lastAt).Seconds()
+		last, lastAt = n, now
+		if err := s.Report(ctx, l.engine.NodeID(), l.engine.Policy().Version(), rate, 3*every); err != nil && ctx.Err() == nil {
+			l.log.Warn("enforcer report not sent", "err", err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,6 +185,24 @@ func TestWatchStore(t *testing.T) {
 	}
 	if got := admits(t, e, "a", 20); got != 9 {
 		t.Fatalf("admitted %d, want the new burst of 9", got)
+	}
+	// The enforcer reports the version it runs, for the manager.
+	var decisions atomic.Int64
+	decisions.Store(20)
+	go l.Report(ctx, s, decisions.Load, 20*time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		reports, err := s.Enforcers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reports) == 1 && reports[0].ID == e.NodeID() && reports[0].PolicyVersion == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reports %+v: want this enforcer at version 2", reports)
+		}
+		<-time.After(5 * time.Millisecond)
 	}
 	// A corrupt version 3, written around the store.
 	if err := srv.Client().HSet(ctx, store.PolicyKey(first.ID()), "current", 3, "v3", "{not json", "hash", "x").Err(); err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +26,12 @@ type Metrics struct {
 	// PolicyLoads counts policy loads by result (ok, error); the enforcer's
 	// loader increments it.
 	PolicyLoads *prometheus.CounterVec
+
+	decisions atomic.Int64
 }
+
+// Decisions is how many decisions the API has made.
+func (m *Metrics) Decisions() int64 { return m.decisions.Load() }
 
 // NewMetrics registers the metrics of engine e in a new registry.
 func NewMetrics(e *enforcer.Engine) *Metrics {
@@ -63,6 +69,7 @@ func (m *Metrics) observe(e *enforcer.Engine, tenant string, dec enforcer.Decisi
 	if m == nil {
 		return
 	}
+	m.decisions.Add(1)
 	m.latency.Observe(d.Seconds())
 	if !dec.Allow {
 		m.denied.WithLabelValues(string(dec.Level)).Inc()
