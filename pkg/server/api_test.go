@@ -13,7 +13,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
-func sampleAPI(t *testing.T) http.Handler {
+func sampleAPI(t testing.TB) http.Handler {
 	t.Helper()
 	p, err := policy.LoadFS(samples.FS)
 	if err != nil {
