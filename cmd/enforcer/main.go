@@ -88,7 +88,8 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var opts []enforcer.Option
+	redisLatency := server.RedisLatency()
+	opts := []enforcer.Option{enforcer.WithRedisObserver(func(d time.Duration) { redisLatency.Observe(d.Seconds()) })}
 	var policies *store.Store
 	if *redisAddr != "" {
 		client := redis.NewClient(&redis.Options{Addr: *redisAddr, Password: os.Getenv("QUOTAPLANE_REDIS_PASSWORD"), ContextTimeoutEnabled: true})
@@ -140,7 +141,7 @@ func run() error {
 		return err
 	}
 	defer engine.Close()
-	metrics := server.NewMetrics(engine)
+	metrics := server.NewMetrics(engine, redisLatency)
 	metrics.PolicyLoads.WithLabelValues("ok").Inc()
 	loader := reload.New(engine, o, metrics.PolicyLoads, slog.Default(), p)
 	ready := loader.Ready

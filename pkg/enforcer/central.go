@@ -384,7 +384,10 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 		args := buf.args(0)
 		args.build(b, snap, 0, part)
 		b.stats.calls.Add(1)
-		err = b.decided(part, lua.Decide.Run(ctx, b.client, args.keys, now, args.limits, args.requests, 0))
+		start := time.Now()
+		cmd := lua.Decide.Run(ctx, b.client, args.keys, now, args.limits, args.requests, 0)
+		b.e.observeRedis(time.Since(start))
+		err = b.decided(part, cmd)
 	} else {
 		buf.calls = buf.calls[:0]
 		for shard, part := range buf.parts {
@@ -396,7 +399,9 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 			buf.calls = append(buf.calls, lua.Call{Keys: args.keys, Args: []any{now, args.limits, args.requests, 1}})
 		}
 		b.stats.calls.Add(int64(len(buf.calls)))
+		start := time.Now()
 		err = lua.Decide.RunPipelined(ctx, b.client, buf.calls)
+		b.e.observeRedis(time.Since(start))
 		i := 0
 		for _, part := range buf.parts {
 			if len(part) == 0 {

@@ -43,6 +43,7 @@ type Engine struct {
 	settings    settings
 
 	redis      redis.UniversalClient // nil: mode local only
+	redisCalls func(time.Duration)   // WithRedisObserver; nil: none
 	nodeID     string
 	central    *central    // with redis
 	reconciler *reconciler // with redis
@@ -150,6 +151,19 @@ func WithMaxQueue(n int) Option { return func(e *Engine) { e.settings.maxQueue =
 // engine's workers for the client's ReadTimeout (decisions still answer
 // within WithRedisTimeout, by the plane's failureMode).
 func WithRedis(c redis.UniversalClient) Option { return func(e *Engine) { e.redis = c } }
+
+// WithRedisObserver has observe called with the duration of every call the
+// engine makes to Redis on a decision's behalf or to reconcile (a script
+// call, or a pipeline of them): for a latency histogram.
+func WithRedisObserver(observe func(time.Duration)) Option {
+	return func(e *Engine) { e.redisCalls = observe }
+}
+
+func (e *Engine) observeRedis(d time.Duration) {
+	if e.redisCalls != nil {
+		e.redisCalls(d)
+	}
+}
 
 // WithNodeID names this engine in its fleet (default: host name and a random
 // suffix). Engines in one process with distinct ids act as separate nodes.

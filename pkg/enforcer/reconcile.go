@@ -215,9 +215,11 @@ func (r *reconciler) reconcile() {
 		args = append(args, ts.name, int64(math.Float64frombits(ts.demandBits.Load())), weight)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
+	start := time.Now()
 	reply, err := lua.Reconcile.Run(ctx, e.redis, []string{prefix + "g", prefix + "nodes", prefix + "rc", prefix + "td:" + e.nodeID},
 		args...).Slice()
 	cancel()
+	e.observeRedis(time.Since(start))
 	r.stats.runs.Add(1)
 	if err != nil || len(reply) != 5 {
 		r.stats.failures.Add(1)

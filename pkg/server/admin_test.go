@@ -6,9 +6,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
@@ -25,7 +27,7 @@ func sampleServers(t *testing.T, ready *bool) (api, admin http.Handler) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	m := NewMetrics(e)
+	m := NewMetrics(e, nil)
 	return NewAPI(e, m), NewAdmin(e, m, func() bool { return *ready })
 }
 
@@ -126,6 +128,36 @@ func TestDebug(t *testing.T) {
 	} {
 		if rec := get(admin, path); rec.Code != code || !strings.Contains(rec.Body.String(), "error") {
 			t.Errorf("%s: %d %s, want %d with an error", path, rec.Code, rec.Body, code)
+		}
+	}
+}
+
+// TestRedisLatencyMetric: the engine's Redis calls are observed into the
+// histogram /metrics serves.
+func TestRedisLatencyMetric(t *testing.T) {
+	p, err := policy.LoadFS(samples.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = p.Override(policy.Overrides{Mode: "central"}); err != nil {
+		t.Fatal(err)
+	}
+	latency := RedisLatency()
+	e, err := enforcer.New(p, enforcer.WithRedis(redistest.Start(t).Client()),
+		enforcer.WithRedisObserver(func(d time.Duration) { latency.Observe(d.Seconds()) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	m := NewMetrics(e, latency)
+	api, admin := NewAPI(e, m), NewAdmin(e, m, func() bool { return true })
+	for range 3 {
+		post(api, "/api/read", map[string]string{HeaderTenant: "acme", HeaderAPIKey: "k"}, "")
+	}
+	body := get(admin, "/metrics").Body.String()
+	for _, want := range []string{"quota_redis_call_duration_seconds_count 3", `quota_backend_degraded{mode="central"} 0`, "quota_redis_script_calls_total 3"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 }

@@ -41,7 +41,7 @@ func BenchmarkHTTP(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { e.Close() })
-			srv := httptest.NewServer(NewAPI(e, NewMetrics(e)))
+			srv := httptest.NewServer(NewAPI(e, NewMetrics(e, nil)))
 			b.Cleanup(srv.Close)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 			// Named enterprise and standard tenants over many keys: mostly admitted.

@@ -33,8 +33,20 @@ type Metrics struct {
 // Decisions is how many decisions the API has made.
 func (m *Metrics) Decisions() int64 { return m.decisions.Load() }
 
-// NewMetrics registers the metrics of engine e in a new registry.
-func NewMetrics(e *enforcer.Engine) *Metrics {
+// RedisLatency is the histogram of the engine's calls to Redis: observe
+// into it (in seconds) from enforcer.WithRedisObserver and give it to
+// NewMetrics.
+func RedisLatency() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "quota_redis_call_duration_seconds",
+		Help:    "Time of the engine's calls to Redis: a decision script call (a batch), a pipeline of them, or a reconcile.",
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14), // 10µs … 80ms
+	})
+}
+
+// NewMetrics registers the metrics of engine e in a new registry, with
+// redis (may be nil) the histogram of its Redis calls.
+func NewMetrics(e *enforcer.Engine, redis prometheus.Histogram) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		admitted: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -61,6 +73,9 @@ func NewMetrics(e *enforcer.Engine) *Metrics {
 	m.PolicyLoads.WithLabelValues("ok")
 	m.PolicyLoads.WithLabelValues("error")
 	m.Registry.MustRegister(m.admitted, m.denied, m.latency, m.PolicyLoads, &engineCollector{e: e})
+	if redis != nil {
+		m.Registry.MustRegister(redis)
+	}
 	return m
 }
 
