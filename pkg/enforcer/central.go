@@ -54,6 +54,7 @@ type centralStats struct {
 type centralCall struct {
 	snap      *snapshot
 	tenant    policy.Tenant
+	endpoint  *policy.Endpoint // nil for an endpoint the plane does not name
 	epLim     *policy.Limit
 	keyLim    *policy.Limit
 	cost      int64
@@ -148,6 +149,7 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	}
 	if err == nil {
 		call.decision(d)
+		b.record(call, r, d)
 		return nil
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -176,6 +178,7 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 	c.reset()
 	c.snap, c.tenant, c.cost = snap, t, cost*max(r.Units, 1)
 	if ep >= 0 {
+		c.endpoint = &snap.endpoints[ep]
 		c.epLim = p.EndpointLimit(&t, ep)
 	}
 	if r.APIKey != "" {
@@ -212,6 +215,29 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 // hold any character, and prefixed they cannot run into the next part of a
 // key or its ":w" suffix.
 func lengthPrefixed(s string) string { return strconv.Itoa(len(s)) + ":" + s }
+
+// record counts a decision Redis made in the tenant's state on this node
+// and writes it to the tenant's trace, for the debug view: as a decision
+// of the engine's own does (the failure mode's are).
+func (b *central) record(c *centralCall, r *Request, d *Decision) {
+	e := b.e
+	local := e.snap.Load()
+	ts := local.known[r.Tenant]
+	if ts == nil {
+		ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(local.known))
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if d.Allow {
+		ts.stats.admitted++
+		ts.stats.admittedCost += d.Cost
+		ts.stats.borrowed += d.Borrowed
+	} else {
+		ts.stats.denied[d.Level.index()]++
+	}
+	ts.lastSeen = e.clock()
+	ts.trace.record(ts.lastSeen, d, r.APIKey, c.endpoint)
+}
 
 // levelKey names a level's state; a sliding window is a different kind of
 // key from a bucket, so a change of algorithm starts afresh.
@@ -290,7 +316,7 @@ func (b *central) submit(ctx context.Context, c *centralCall) (queued bool, err 
 var callPool = sync.Pool{New: func() any { return &centralCall{done: make(chan struct{}, 1)} }}
 
 func (c *centralCall) reset() {
-	c.snap, c.tenant, c.epLim, c.keyLim = nil, policy.Tenant{}, nil, nil
+	c.snap, c.tenant, c.endpoint, c.epLim, c.keyLim = nil, policy.Tenant{}, nil, nil, nil
 	c.cost, c.tierRank, c.mayBorrow, c.shard = 0, 0, false, 0
 	c.keys, c.limits, c.reply, c.err = [4]string{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, nil
 	c.state.Store(callQueued)

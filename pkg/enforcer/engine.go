@@ -728,16 +728,11 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		d.Remaining = lowerLim.remaining()
 		ts.stats.denied[lower.index()]++
 	}
-	// Written in place, field by field: an entry is a cache line, and a
-	// struct literal would be built aside and copied with write barriers.
-	entry := ts.trace.push()
-	entry.atUs, entry.cost, entry.borrowed, entry.allow = now, cost, int32(d.Borrowed), allow
-	entry.apiKey, entry.reason = apiKey, d.Reason
-	entry.level = int8(d.Level.index())
-	entry.endpoint = nil
+	var endpoint *policy.Endpoint
 	if ep >= 0 {
-		entry.endpoint = &snap.endpoints[ep]
+		endpoint = &snap.endpoints[ep]
 	}
+	ts.trace.record(now, d, apiKey, endpoint)
 }
 
 // remainingAfter is the tokens left at the tightest active level: the

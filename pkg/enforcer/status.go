@@ -81,24 +81,35 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.snap == nil { // created, never decided
-		return TenantStatus{Tenant: ts.name, Known: snap.known[name] != nil, PolicyVersion: snap.policy.Version(), Denied: map[Level]int64{}}, true
-	}
 	s = TenantStatus{
-		Tenant: ts.name, Known: ts.known, Tier: ts.tenant.Tier, Weight: ts.tenant.Weight, MayBorrow: ts.mayBorrow,
+		Tenant: ts.name, Known: snap.known[name] != nil,
 		Demand:        math.Float64frombits(ts.demandBits.Load()),
 		Admitted:      ts.stats.admitted,
 		AdmittedCost:  ts.stats.admittedCost,
 		Borrowed:      ts.stats.borrowed,
 		Denied:        make(map[Level]int64, len(Levels)),
 		Trace:         ts.trace.newestFirst(),
-		PolicyVersion: ts.snap.policy.Version(),
-	}
-	if contended && ts.snap == snap {
-		s.FairShare = e.fair.shareRate(ts)
+		PolicyVersion: snap.policy.Version(),
 	}
 	for i, l := range Levels {
 		s.Denied[l] = ts.stats.denied[i]
+	}
+	if ts.snap == nil {
+		// No decision of the engine's own yet (none at all, or only Redis's
+		// in mode central): the policy's view, counters and trace, no local
+		// limits.
+		p := snap.policy
+		t, known := p.Tenant(name)
+		if !known {
+			t, _ = p.DefaultTenant(name, ts.requestedTier)
+		}
+		s.Tier, s.Weight, s.MayBorrow = t.Tier, t.Weight, p.MayBorrow(&t)
+		return s, true
+	}
+	s.Known, s.Tier, s.Weight, s.MayBorrow = ts.known, ts.tenant.Tier, ts.tenant.Weight, ts.mayBorrow
+	s.PolicyVersion = ts.snap.policy.Version()
+	if contended && ts.snap == snap {
+		s.FairShare = e.fair.shareRate(ts)
 	}
 	if ts.allowance.active() {
 		s.Debt = ts.allowance.burst - ts.allowance.remainingAt(nowUs)

@@ -49,6 +49,17 @@ func (r *traceRing) push() *traceEntry {
 	return e
 }
 
+// record writes decision d, made at now, as the newest entry.
+func (r *traceRing) record(now int64, d *Decision, apiKey string, endpoint *policy.Endpoint) {
+	// Written in place, field by field: an entry is a cache line, and a
+	// struct literal would be built aside and copied with write barriers.
+	entry := r.push()
+	entry.atUs, entry.cost, entry.borrowed, entry.allow = now, d.Cost, int32(d.Borrowed), d.Allow
+	entry.apiKey, entry.reason = apiKey, d.Reason
+	entry.level = int8(d.Level.index())
+	entry.endpoint = endpoint
+}
+
 // newestFirst copies the trace out, most recent decision first.
 func (r *traceRing) newestFirst() []TraceEntry {
 	out := make([]TraceEntry, r.n)

@@ -58,7 +58,9 @@ type debugView struct {
 	PolicyVersion int64            `json:"policyVersion"`
 	Backend       string           `json:"backend"`
 	Degraded      bool             `json:"degraded"`
-	Recent        []debugEntry     `json:"recentDecisions"`
+	// LimitsNote says whose state the limits\' remaining tokens are.
+	LimitsNote string       `json:"limitsNote"`
+	Recent     []debugEntry `json:"recentDecisions"`
 }
 
 type debugLimit struct {
@@ -102,10 +104,20 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine) {
 		Denied: map[string]int64{}, PolicyVersion: s.PolicyVersion, Backend: b.Mode, Degraded: b.Degraded,
 		Limits: []debugLimit{}, Recent: []debugEntry{},
 	}
-	plane := e.PlaneStatusAt(now)
-	v.Limits = append(v.Limits, debugLimit{Level: string(enforcer.LevelGlobal), Limit: plane.Global.Limit.String(), Remaining: plane.Global.Remaining})
-	for _, l := range s.Limits {
-		v.Limits = append(v.Limits, debugLimit{Level: string(l.Level), Name: l.Name, Limit: l.Limit.String(), Remaining: l.Remaining})
+	switch {
+	case b.Mode == "central" && !b.Degraded:
+		// Redis holds the state; this node's own is idle until Redis fails.
+		v.LimitsNote = "mode central: the limits' state is in Redis and not shown here; counters and recent decisions are this enforcer's"
+	default:
+		v.LimitsNote = "this enforcer's state"
+		if b.Mode != "local" {
+			v.LimitsNote = "this enforcer's share of the plane (" + b.Mode + ")"
+		}
+		plane := e.PlaneStatusAt(now)
+		v.Limits = append(v.Limits, debugLimit{Level: string(enforcer.LevelGlobal), Limit: plane.Global.Limit.String(), Remaining: plane.Global.Remaining})
+		for _, l := range s.Limits {
+			v.Limits = append(v.Limits, debugLimit{Level: string(l.Level), Name: l.Name, Limit: l.Limit.String(), Remaining: l.Remaining})
+		}
 	}
 	if s.FairShare > 0 && !math.IsInf(s.FairShare, 0) && !math.IsNaN(s.FairShare) {
 		share := s.FairShare
