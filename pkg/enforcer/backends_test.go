@@ -65,9 +65,9 @@ func TestBackendsMatchEngine(t *testing.T) {
 					if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 						t.Fatalf("plane %d step %d %+v: error %v, engine says %v", seed, step, r, gerr, werr)
 					}
-					if !orcSame(got, want) || got.Reason != want.Reason {
-						t.Fatalf("plane %d step %d at %dµs %+v:\n%s %s %q\nengine  %s %q\n%s", seed, step, now, r, b.name,
-							orcFmt(got), got.Reason, orcFmt(want), want.Reason, pl.yaml)
+					if !orcSame(got, want) || got.Reason != want.Reason || got.Bound != want.Bound {
+						t.Fatalf("plane %d step %d at %dµs %+v:\n%s %s %q bound %s\nengine  %s %q bound %s\n%s", seed, step, now, r, b.name,
+							orcFmt(got), got.Reason, got.Bound, orcFmt(want), want.Reason, want.Bound, pl.yaml)
 					}
 					total++
 					if werr == nil && !want.Allow {

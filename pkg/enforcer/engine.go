@@ -690,15 +690,15 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if paced {
 			ts.share.level -= float64(cost)
 		}
-		d.Remaining = remainingAfter(globalRemaining, &ts.limit, epLim, key)
+		d.Remaining, d.Bound = remainingAfter(globalRemaining, &ts.limit, epLim, key)
 		ts.stats.admitted++
 		ts.stats.admittedCost += cost
 	case mode == fromQueue && (!globalOK || !shareOK):
 		// The waiter goes on waiting: nothing to record.
-		d.Level, d.RetryAfter = LevelGlobal, retryDuration(globalRetry)
+		d.Level, d.Bound, d.RetryAfter = LevelGlobal, LevelGlobal, retryDuration(globalRetry)
 		return
 	case !globalOK || !shareOK:
-		d.Level = LevelGlobal
+		d.Level, d.Bound = LevelGlobal, LevelGlobal
 		switch {
 		case reserveDenied && snap.fairness == fairNone:
 			d.Reason = reasonReserve
@@ -719,7 +719,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		ts.stats.denied[globalLevel]++
 		e.fair.globalDenials.Add(1)
 	default:
-		d.Level, d.Reason = lower, lowerReason
+		d.Level, d.Bound, d.Reason = lower, lower, lowerReason
 		wait := lowerLim.retryAfterUs(cost, now)
 		if pool.active() {
 			wait = borrowWaitUs(&ts.limit, &ts.allowance, &pool, cost, now, wait)
@@ -738,28 +738,32 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 // remainingAfter is the tokens left at the tightest active level: the
 // levels are compared by their float estimates, and only the tightest is
 // counted exactly.
-func remainingAfter(global int64, tenant, endpoint *limiter, key *keyState) int64 {
+func remainingAfter(global int64, tenant, endpoint *limiter, key *keyState) (int64, Level) {
 	var tightest *limiter
+	level := LevelGlobal
 	estimate := float64(global)
 	if tenant.active() {
 		if f := tenant.estimate(); f < estimate {
-			tightest, estimate = tenant, f
+			tightest, level, estimate = tenant, LevelTenant, f
 		}
 	}
 	if endpoint != nil { // active: decideLocked keeps only active ones
 		if f := endpoint.estimate(); f < estimate {
-			tightest, estimate = endpoint, f
+			tightest, level, estimate = endpoint, LevelEndpoint, f
 		}
 	}
 	if key != nil && key.limit.active() {
 		if f := key.limit.estimate(); f < estimate {
-			tightest = &key.limit
+			tightest, level = &key.limit, LevelKey
 		}
 	}
 	if tightest == nil {
-		return global
+		return global, LevelGlobal
 	}
-	return min(tightest.remaining(), global)
+	if r := tightest.remaining(); r <= global {
+		return r, level
+	}
+	return global, LevelGlobal
 }
 
 // borrowWaitUs is the earliest wait after which a tenant that may borrow

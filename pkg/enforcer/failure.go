@@ -29,10 +29,10 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision, journ
 	}
 	switch c.snap.failureMode {
 	case "allow":
-		*d = Decision{Allow: true, Cost: c.cost}
+		*d = Decision{Allow: true, Cost: c.cost, Bound: LevelGlobal}
 		return nil
 	case "deny":
-		*d = Decision{Level: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny,
+		*d = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny,
 			RetryAfter: retryDuration(b.breaker.waitUs(now))}
 		return nil
 	}

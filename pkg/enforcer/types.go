@@ -60,8 +60,9 @@ type Decision struct {
 	// Reason says why, in words a tenant's engineer understands.
 	Reason string
 	// Remaining is the tokens left at the tightest level after the decision
-	// (on a denial, at the denying level).
+	// (on a denial, at the denying level); Bound names that level.
 	Remaining int64
+	Bound     Level
 	// Cost is what the request costs at every level.
 	Cost int64
 	// Borrowed is how much of the cost came from the burst pool.

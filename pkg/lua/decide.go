@@ -12,7 +12,7 @@ const (
 	DecideRequestFields = 7
 	// DecideReplyFields is each request's share of the reply, after the
 	// reply's first element (the time the script decided at).
-	DecideReplyFields = 6
+	DecideReplyFields = 7
 )
 
 // Algorithms of a level, as Decide takes them.

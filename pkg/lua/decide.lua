@@ -24,10 +24,12 @@
 --          counter (a plane split into shards rebalances their parts of the
 --          global limit by it); 0 not to
 --
--- Returns {now, then per request 6 integers: allowed (0|1), level (0 none,
+-- Returns {now, then per request 7 integers: allowed (0|1), level (0 none,
 -- 1 global, 2 tenant, 3 endpoint, 4 key), reason (0 none, 1 global,
 -- 2 reserve, 3 tenant, 4 tenant borrow ceiling, 5 pool dry, 6 endpoint,
--- 7 key), retry after µs (capped at one hour), remaining tokens, borrowed}.
+-- 7 key), retry after µs (capped at one hour), remaining tokens, borrowed,
+-- and the level whose tokens remaining counts (1-4: the tightest when
+-- allowed, the denying one when denied)}.
 --
 -- Units: tokens are integers; a bucket's level is token·µs (tokens × period
 -- µs), so refill is exact integer arithmetic. Policy bounds burst × period
@@ -288,7 +290,7 @@ for pos = 1, #requests, 56 do
     settle(pool)
     if not covers(pool, borrow) then lower, lower_s, reason = 2, tl, 5 end
   end
-  local allowed, lvl, retry, rem, borrowed = 0, 0, 0, 0, 0
+  local allowed, lvl, retry, rem, borrowed, bound = 0, 0, 0, 0, 0, 1
   if global_ok and lower == 0 then
     allowed = 1
     take(g, cost)
@@ -302,11 +304,11 @@ for pos = 1, #requests, 56 do
     if kl then take(kl, cost) end
     -- the tokens left at the tightest level, compared by estimate
     rem = remaining(g)
-    local tightest, est = nil, rem
-    if tl and estimate(tl) < est then tightest, est = tl, estimate(tl) end
-    if el and estimate(el) < est then tightest, est = el, estimate(el) end
-    if kl and estimate(kl) < est then tightest = kl end
-    if tightest then rem = math.min(remaining(tightest), rem) end
+    local tightest, tlevel, est = nil, 1, rem
+    if tl and estimate(tl) < est then tightest, tlevel, est = tl, 2, estimate(tl) end
+    if el and estimate(el) < est then tightest, tlevel, est = el, 3, estimate(el) end
+    if kl and estimate(kl) < est then tightest, tlevel = kl, 4 end
+    if tightest and remaining(tightest) <= rem then rem, bound = remaining(tightest), tlevel end
     reason = 0
   elseif not global_ok then
     lvl, reason, rem = 1, 1, remaining(g)
@@ -325,8 +327,9 @@ for pos = 1, #requests, 56 do
     end
   end
   if retry > HOUR then retry = HOUR end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = allowed, lvl, reason, retry, rem, borrowed
-  o = o + 6
+  if allowed == 0 then bound = lvl end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] = allowed, lvl, reason, retry, rem, borrowed, bound
+  o = o + 7
 end
 
 if ARGV[4] == '1' then

@@ -125,3 +125,31 @@ func TestRetryAfterSecondsRoundsUp(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimitHeaders: every answer announces the limits in force, one
+// item per level, and the level that bounds it.
+func TestRateLimitHeaders(t *testing.T) {
+	h := sampleAPI(t)
+	headers := map[string]string{HeaderTenant: "free-trial", HeaderAPIKey: "k1"}
+	first := post(h, "/api/export", headers, "")
+	policyField := first.Header().Get(HeaderRateLimitPolicy)
+	for _, want := range []string{`"global";q=10000;w=1`, `"tenant";q=50;w=1`, `"endpoint";q=100;w=300`} {
+		if !strings.Contains(policyField, want) {
+			t.Errorf("%s %q lacks %s", HeaderRateLimitPolicy, policyField, want)
+		}
+	}
+	// After one export of 50, the free tier's export window (100 per
+	// 300s) and its bucket (100) both hold 50: the tenant bucket, compared
+	// first, bounds the answer and is full again in a second.
+	if got := first.Header().Get(HeaderRateLimit); got != `"tenant";r=50;t=1` {
+		t.Errorf("%s on a 200: %q", HeaderRateLimit, got)
+	}
+	post(h, "/api/export", headers, "")
+	third := post(h, "/api/export", headers, "")
+	if third.Code != http.StatusTooManyRequests {
+		t.Fatalf("third export: %d", third.Code)
+	}
+	if got := third.Header().Get(HeaderRateLimit); got != `"tenant";r=0;t=1` {
+		t.Errorf("%s on a 429: %q, want the tenant level, nothing left, retry in 1s", HeaderRateLimit, got)
+	}
+}

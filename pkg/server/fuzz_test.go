@@ -54,6 +54,10 @@ func FuzzAPI(f *testing.F) {
 		if rec.Code == http.StatusTooManyRequests && (rec.Header().Get("Retry-After") == "" || rec.Header().Get(HeaderLevel) == "") {
 			t.Fatalf("a 429 without Retry-After or %s: %v", HeaderLevel, rec.Header())
 		}
+		if (rec.Code == http.StatusOK || rec.Code == http.StatusTooManyRequests) &&
+			(rec.Header().Get(HeaderRateLimitPolicy) == "" || rec.Header().Get(HeaderRateLimit) == "") {
+			t.Fatalf("a decision without %s and %s: %v", HeaderRateLimitPolicy, HeaderRateLimit, rec.Header())
+		}
 		if rec.Code >= 400 && rec.Code != http.StatusTooManyRequests && v["error"] == "" {
 			t.Fatalf("status %d without an error message: %s", rec.Code, rec.Body)
 		}
