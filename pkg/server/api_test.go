@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +153,46 @@ func TestRateLimitHeaders(t *testing.T) {
 	}
 	if got := third.Header().Get(HeaderRateLimit); got != `"tenant";r=0;t=1` {
 		t.Errorf("%s on a 429: %q, want the tenant level, nothing left, retry in 1s", HeaderRateLimit, got)
+	}
+}
+
+// TestFloodOfUnknownTenantsAndKeys: distinct tenants and api keys chosen
+// by clients leave bounded state, no goroutines behind, and bounded metric
+// labels.
+func TestFloodOfUnknownTenantsAndKeys(t *testing.T) {
+	p, err := policy.LoadFS(samples.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxTenants = 100
+	e, err := enforcer.New(p, enforcer.WithMaxTenants(maxTenants), enforcer.WithMaxKeys(500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	m := NewMetrics(e, nil)
+	h := NewAPI(e, m)
+	goroutines := runtime.NumGoroutine()
+	for i := range 20_000 {
+		rec := post(h, "/api/read", map[string]string{HeaderTenant: "flood-" + strconv.Itoa(i), HeaderAPIKey: "key-" + strconv.Itoa(i)}, "")
+		if rec.Code != http.StatusOK && rec.Code != http.StatusTooManyRequests {
+			t.Fatalf("request %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	named := len(p.Spec().Tenants)
+	if n := e.PlaneStatusAt(time.Now()).Tenants; n > maxTenants+named+1 {
+		t.Fatalf("%d tenant states after 20,000 distinct tenants, want at most %d", n, maxTenants+named+1)
+	}
+	if g := runtime.NumGoroutine(); g > goroutines+5 {
+		t.Fatalf("goroutines grew from %d to %d", goroutines, g)
+	}
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "quota_admitted_total" && len(f.GetMetric()) > named+3 {
+			t.Fatalf("%d admitted series: labels came from requests", len(f.GetMetric()))
+		}
 	}
 }
