@@ -4,7 +4,9 @@
 //	enforcer check DIR...   compile the quota objects in each DIR and print every problem
 //
 // Without -policy it enforces the embedded sample plane (config/samples) in
-// mode local: no cluster, no Redis.
+// mode local: no cluster, no Redis. With -redis-addr and -plane (and no
+// -policy) it follows the plane's policy in the Redis policy store, listening
+// at once and answering 503 until the first version arrives.
 package main
 
 import (
@@ -109,6 +111,30 @@ func run() error {
 		opts = append(opts, enforcer.WithNodeID(*nodeID))
 	}
 
+	// Listen at once: until the first policy is in force, /healthz says the
+	// process lives and everything else is 503 (server.Deferred).
+	var apiHandler, adminHandler server.Deferred
+	api, admin := newServer(*listen, &apiHandler), newServer(*adminListen, &adminHandler)
+	var engine *enforcer.Engine
+	errc := make(chan error, 2)
+	go func() { errc <- api.ListenAndServe() }()
+	go func() { errc <- admin.ListenAndServe() }()
+	defer func() {
+		// Stop accepting, let in-flight decisions finish, then close the
+		// engine, which flushes what it owes Redis.
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, srv := range []*http.Server{api, admin} {
+			if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				slog.Error("shutdown", "addr", srv.Addr, "err", err)
+			}
+		}
+		if engine != nil {
+			engine.Close()
+		}
+		slog.Info("enforcer stopped")
+	}()
+
 	var (
 		p      *policy.Policy
 		err    error
@@ -122,7 +148,7 @@ func run() error {
 		}
 	case policies != nil:
 		source = "redis " + *plane
-		p, err = firstFromStore(ctx, policies)
+		p, err = firstFromStore(ctx, policies, errc)
 	default:
 		p, err = policy.LoadFS(samples.FS)
 		if err == nil {
@@ -130,24 +156,21 @@ func run() error {
 		}
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting
+		}
 		return fmt.Errorf("load policy from %s: %w", source, err)
 	}
 	inForce, err := p.Override(o)
 	if err != nil {
 		return err
 	}
-	engine, err := enforcer.New(inForce, opts...)
-	if err != nil {
+	if engine, err = enforcer.New(inForce, opts...); err != nil {
 		return err
 	}
-	defer engine.Close()
 	metrics := server.NewMetrics(engine, redisLatency)
 	metrics.PolicyLoads.WithLabelValues("ok").Inc()
 	loader := reload.New(engine, o, metrics.PolicyLoads, slog.Default(), p)
-	ready := loader.Ready
-
-	api := newServer(*listen, server.NewAPI(engine, metrics))
-	admin := newServer(*adminListen, server.NewAdmin(engine, metrics, ready))
 	switch {
 	case *policyDir != "":
 		go loader.WatchDir(ctx, *policyDir, *reloadEvery)
@@ -155,33 +178,22 @@ func run() error {
 		go func() { _ = loader.WatchStore(ctx, policies) }()
 		go loader.Report(ctx, policies, metrics.Decisions, time.Second)
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- api.ListenAndServe() }()
-	go func() { errc <- admin.ListenAndServe() }()
+	apiHandler.Set(server.NewAPI(engine, metrics))
+	adminHandler.Set(server.NewAdmin(engine, metrics, loader.Ready))
 	slog.Info("enforcer serving", "listen", *listen, "admin", *adminListen, "policy", source, "plane", inForce.ID(),
 		"version", inForce.Version(), "hash", inForce.Hash()[:12], "mode", inForce.Spec().Mode)
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+		return nil
 	}
-	// Stop accepting, let in-flight decisions finish, then close the engine
-	// (deferred), which flushes what it owes Redis.
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, srv := range []*http.Server{api, admin} {
-		if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-	}
-	slog.Info("enforcer stopped")
-	return nil
 }
 
 // firstFromStore waits for the plane's first published policy, trying
-// every second until ctx ends: an enforcer started before the manager
-// published has nothing to enforce yet.
-func firstFromStore(ctx context.Context, s *store.Store) (*policy.Policy, error) {
+// every second until ctx ends or a listener fails (errc): an enforcer
+// started before the manager published has nothing to enforce yet.
+func firstFromStore(ctx context.Context, s *store.Store, errc <-chan error) (*policy.Policy, error) {
 	for {
 		p, err := s.Current(ctx)
 		if err == nil {
@@ -191,6 +203,8 @@ func firstFromStore(ctx context.Context, s *store.Store) (*policy.Policy, error)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case err := <-errc:
+			return nil, err
 		case <-time.After(time.Second):
 		}
 	}

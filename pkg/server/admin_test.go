@@ -161,3 +161,21 @@ func TestRedisLatencyMetric(t *testing.T) {
 		}
 	}
 }
+
+func TestDeferred(t *testing.T) {
+	var d Deferred
+	if rec := get(&d, "/healthz"); rec.Code != http.StatusOK {
+		t.Fatalf("/healthz while waiting: %d", rec.Code)
+	}
+	for _, path := range []string{"/readyz", "/metrics", "/api/read"} {
+		if rec := get(&d, path); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "no policy") {
+			t.Fatalf("%s while waiting: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	ready := true
+	_, admin := sampleServers(t, &ready)
+	d.Set(admin)
+	if rec := get(&d, "/readyz"); rec.Code != http.StatusOK {
+		t.Fatalf("/readyz once set: %d", rec.Code)
+	}
+}
