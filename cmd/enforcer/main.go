@@ -70,7 +70,7 @@ func envInt(name string, def int64) int64 {
 }
 
 func run() error {
-	policyDir := flag.String("policy", env("QUOTAPLANE_POLICY", ""), "directory of quota YAML files, read again every -reload-interval (default: the embedded sample plane, unless -redis-addr) [QUOTAPLANE_POLICY]")
+	policyDir := flag.String("policy", env("QUOTAPLANE_POLICY", ""), "directory of quota YAML files, watched and read again every -reload-interval (default: the embedded sample plane, unless -redis-addr) [QUOTAPLANE_POLICY]")
 	redisAddr := flag.String("redis-addr", env("QUOTAPLANE_REDIS_ADDR", ""), "Redis host:port: the distributed modes' state, and, without -policy, the policy store [QUOTAPLANE_REDIS_ADDR; password in QUOTAPLANE_REDIS_PASSWORD]")
 	plane := flag.String("plane", env("QUOTAPLANE_PLANE", ""), "the plane to load from the policy store, namespace/name [QUOTAPLANE_PLANE]")
 	nodeID := flag.String("node-id", env("QUOTAPLANE_NODE_ID", ""), "this enforcer's id in its fleet (default: host name and a random suffix) [QUOTAPLANE_NODE_ID]")
@@ -78,7 +78,7 @@ func run() error {
 	adminListen := flag.String("admin-listen", env("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
 		"admin listen address: /healthz, /readyz, /metrics, /quota/debug; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
 	reloadEvery := flag.Duration("reload-interval", envDuration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
-		"how often -policy DIR is read again for changes [QUOTAPLANE_RELOAD_INTERVAL]")
+		"how often -policy DIR is read again besides its file watch [QUOTAPLANE_RELOAD_INTERVAL]")
 	var o policy.Overrides
 	flag.StringVar(&o.Mode, "mode", env("QUOTAPLANE_MODE", ""), "override the plane's mode: local, central or local-reconciled [QUOTAPLANE_MODE]")
 	flag.StringVar(&o.Fairness, "fairness", env("QUOTAPLANE_FAIRNESS", ""), "override the plane's fairness: none, maxmin, wfq or drr [QUOTAPLANE_FAIRNESS]")

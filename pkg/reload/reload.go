@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
@@ -78,26 +79,53 @@ func (l *Loader) failed(err error) {
 	l.log.Error("policy not loaded; the last good one stays in force", "err", err)
 }
 
-// WatchDir reads dir every interval until ctx ends and applies what it
-// compiles to, as the next version, when it changed. It reads the files
-// afresh each time, so it follows edits and the symlink swap of a mounted
-// ConfigMap alike; a read or compile error leaves the policy in force.
+// WatchDir reads dir when the file system says something in it changed
+// (a watch) and every interval besides (a poll: watches miss events on some
+// file systems, and a mounted ConfigMap changes by a symlink swap), until
+// ctx ends, and applies what it compiles to, as the next version, when it
+// changed. It reads the files afresh each time; a read or compile error
+// leaves the policy in force.
 func (l *Loader) WatchDir(ctx context.Context, dir string, every time.Duration) {
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
+	var changed <-chan fsnotify.Event
+	if w, err := fsnotify.NewWatcher(); err != nil {
+		l.log.Warn("no file watch; polling only", "dir", dir, "err", err)
+	} else {
+		defer w.Close()
+		if err := w.Add(dir); err != nil {
+			l.log.Warn("no file watch; polling only", "dir", dir, "err", err)
+		} else {
+			changed = w.Events
+		}
+	}
 	var lastErr string
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-changed:
+			// An edit is often several events (write, chmod, the links of
+			// a swap): read once they settle.
+			settle := time.After(50 * time.Millisecond)
+		drain:
+			for {
+				select {
+				case <-changed:
+				case <-settle:
+					break drain
+				case <-ctx.Done():
+					return
+				}
+			}
 		}
 		p, err := policy.LoadDir(dir)
 		if err != nil {
 			if err.Error() != lastErr { // count every failure, log each once
 				l.log.Error("policy not loaded; the last good one stays in force", "dir", dir, "err", err)
+				l.loads.WithLabelValues("error").Inc()
 			}
-			l.loads.WithLabelValues("error").Inc()
 			lastErr = err.Error()
 			continue
 		}

@@ -253,3 +253,43 @@ func TestOverridesApplyToEveryLoad(t *testing.T) {
 		t.Fatalf("%v loads of an unchanged source, want 1", n)
 	}
 }
+
+// TestWatchDirNeedsNoPoll: an edit is seen by the file watch, long before
+// the next poll.
+func TestWatchDirNeedsNoPoll(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "plane.yaml")
+	if err := os.WriteFile(file, []byte(plane(5)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(p.WithVersion(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	loads := newLoads()
+	l := New(e, policy.Overrides{}, loads, quiet, p.WithVersion(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watching := make(chan struct{})
+	go func() { close(watching); l.WatchDir(ctx, dir, time.Hour) }()
+	<-watching
+	// The watch may start a moment after the goroutine: write until seen.
+	deadline := time.Now().Add(10 * time.Second)
+	for burst := 6; testutil.ToFloat64(loads.WithLabelValues("ok")) < 1; burst++ {
+		if time.Now().After(deadline) {
+			t.Fatal("an edit was not seen within 10s with an hourly poll")
+		}
+		if err := os.WriteFile(file, []byte(plane(burst)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+	if v := e.Policy().Version(); v < 2 {
+		t.Fatalf("version %d after the edit, want 2 or more", v)
+	}
+}
