@@ -69,6 +69,32 @@ func admits(t *testing.T, e *enforcer.Engine, tenant string, n int) int {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// watchDir starts an engine on dir's policy (version 1, with o) and a
+// loader watching dir, polling every interval, until the test ends.
+func watchDir(t *testing.T, dir string, o policy.Overrides, every time.Duration) (*enforcer.Engine, *prometheus.CounterVec) {
+	t.Helper()
+	p, err := policy.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = p.WithVersion(1)
+	inForce, err := p.Override(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(inForce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads := newLoads()
+	l := New(e, o, loads, quiet, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.WatchDir(ctx, dir, every) }()
+	t.Cleanup(func() { cancel(); <-done; e.Close() })
+	return e, loads
+}
+
 // TestWatchDir: edits of the files, a bad edit (counted, the last good
 // policy kept) and the symlink swap of a mounted ConfigMap are followed.
 func TestWatchDir(t *testing.T) {
@@ -98,20 +124,7 @@ func TestWatchDir(t *testing.T) {
 		}
 	}
 	write("1", plane(5))
-	p, err := policy.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := enforcer.New(p.WithVersion(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	loads := newLoads()
-	l := New(e, policy.Overrides{}, loads, quiet, p.WithVersion(1))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.WatchDir(ctx, dir, 10*time.Millisecond)
+	e, loads := watchDir(t, dir, policy.Overrides{}, 10*time.Millisecond)
 
 	if got := admits(t, e, "a", 10); got != 5 {
 		t.Fatalf("admitted %d, want the burst of 5", got)
@@ -221,25 +234,7 @@ func TestOverridesApplyToEveryLoad(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "plane.yaml"), []byte(plane(5)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := policy.Overrides{GlobalPerSecond: 777, Fairness: "none"}
-	p, err := policy.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := p.WithVersion(1).Override(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := enforcer.New(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	loads := newLoads()
-	l := New(e, o, loads, quiet, p.WithVersion(1))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.WatchDir(ctx, dir, 5*time.Millisecond)
+	e, loads := watchDir(t, dir, policy.Overrides{GlobalPerSecond: 777, Fairness: "none"}, 5*time.Millisecond)
 	if err := os.WriteFile(filepath.Join(dir, "plane.yaml"), []byte(plane(6)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -262,23 +257,8 @@ func TestWatchDirNeedsNoPoll(t *testing.T) {
 	if err := os.WriteFile(file, []byte(plane(5)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := policy.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := enforcer.New(p.WithVersion(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	loads := newLoads()
-	l := New(e, policy.Overrides{}, loads, quiet, p.WithVersion(1))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	watching := make(chan struct{})
-	go func() { close(watching); l.WatchDir(ctx, dir, time.Hour) }()
-	<-watching
-	// The watch may start a moment after the goroutine: write until seen.
+	e, loads := watchDir(t, dir, policy.Overrides{}, time.Hour)
+	// The watch may start a moment after WatchDir does: write until seen.
 	deadline := time.Now().Add(10 * time.Second)
 	for burst := 6; testutil.ToFloat64(loads.WithLabelValues("ok")) < 1; burst++ {
 		if time.Now().After(deadline) {
