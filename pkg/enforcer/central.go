@@ -195,7 +195,7 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 		c.limits[1] = snap.borrowCeiling
 	}
 	if parts > 1 { // a split tenant: this part's share of its own limits
-		for _, i := range []int{0, 1, 2} {
+		for i := range 3 { // tenant, allowance, endpoint: not the key, whose state stays in one part
 			if l := c.limits[i]; l != nil {
 				part := l.Share(1/float64(parts), snap.maxCost)
 				c.limits[i] = &part

@@ -208,11 +208,8 @@ func (r *reconciler) reconcile() {
 	args := []any{e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
 		interval.Microseconds()}
 	busiest := r.busiest()
-	for _, ts := range busiest {
-		ts.mu.Lock()
-		weight := max(ts.tenant.Weight, 1)
-		ts.mu.Unlock()
-		args = append(args, ts.name, int64(math.Float64frombits(ts.demandBits.Load())), weight)
+	for _, b := range busiest {
+		args = append(args, b.ts.name, int64(b.demand), b.weight)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
 	start := time.Now()
@@ -239,11 +236,11 @@ func (r *reconciler) reconcile() {
 	}
 	byTenant := make(map[string]float64, len(busiest))
 	r.unfair = 0
-	for i, ts := range busiest {
+	for i, b := range busiest {
 		if i < len(totals) {
 			if d, ok := totals[i].(int64); ok && d > 0 {
-				byTenant[ts.name] = float64(d)
-				r.unfair += unfairPart(ts, float64(d), water)
+				byTenant[b.ts.name] = float64(d)
+				r.unfair += b.unfair(float64(d), water)
 			}
 		}
 	}
@@ -269,37 +266,41 @@ func (r *reconciler) reconcile() {
 	e.payDebt(int64(float64(level)*r.fraction()), now)
 }
 
-// unfairPart is what tenant ts asks of this node beyond its part of its
+// busyTenant is one of a node's busiest tenants, read once per reconcile:
+// what it pushes and what its claim is computed from are the same figures.
+type busyTenant struct {
+	ts     *tenantState
+	demand float64 // tokens/s here
+	weight int64
+}
+
+// unfair is what the tenant asks of this node beyond its part of its
 // fleet-wide fair share: fleet demand fleet, fair share min(fleet, level ×
 // weight), of which this node's part is its part of the demand.
-func unfairPart(ts *tenantState, fleet, level float64) float64 {
-	local := math.Float64frombits(ts.demandBits.Load())
-	ts.mu.Lock()
-	weight := float64(max(ts.tenant.Weight, 1))
-	ts.mu.Unlock()
-	fair := min(fleet, level*weight)
-	return max(0, local-fair*local/fleet)
+func (b busyTenant) unfair(fleet, level float64) float64 {
+	fair := min(fleet, level*float64(b.weight))
+	return max(0, b.demand-fair*b.demand/fleet)
 }
 
 // busiest are this node's tenants with the most demand, at most
 // maxFleetTenants, when the plane shares by fairness.
-func (r *reconciler) busiest() []*tenantState {
+func (r *reconciler) busiest() []busyTenant {
 	if r.e.snap.Load().fairness == fairNone {
 		return nil
 	}
 	r.scratch = r.e.tenants.appendAll(r.scratch[:0])
-	busy := r.scratch[:0]
+	var busy []busyTenant
 	for _, ts := range r.scratch {
-		if math.Float64frombits(ts.demandBits.Load()) >= 1 {
-			busy = append(busy, ts)
+		if demand := math.Float64frombits(ts.demandBits.Load()); demand >= 1 {
+			ts.mu.Lock()
+			weight := max(ts.tenant.Weight, 1)
+			ts.mu.Unlock()
+			busy = append(busy, busyTenant{ts: ts, demand: demand, weight: weight})
 		}
 	}
-	slices.SortFunc(busy, func(a, b *tenantState) int {
-		return cmp.Compare(math.Float64frombits(b.demandBits.Load()), math.Float64frombits(a.demandBits.Load()))
-	})
-	out := slices.Clone(busy[:min(len(busy), maxFleetTenants)])
 	clear(r.scratch)
-	return out
+	slices.SortFunc(busy, func(a, b busyTenant) int { return cmp.Compare(b.demand, a.demand) })
+	return busy[:min(len(busy), maxFleetTenants)]
 }
 
 // fleetView is how the fairness tick sees the fleet: the factor from this

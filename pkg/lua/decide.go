@@ -6,10 +6,6 @@ var Decide = load("decide.lua")
 
 // The shape of a Decide call; decide.lua's header is the contract.
 const (
-	// DecideLimitFields is the int64 fields of a key's limit in ARGV[2].
-	DecideLimitFields = 4
-	// DecideRequestFields is the int64 fields of a request in ARGV[3].
-	DecideRequestFields = 7
 	// DecideReplyFields is each request's share of the reply, after the
 	// reply's first element (the time the script decided at).
 	DecideReplyFields = 7

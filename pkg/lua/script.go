@@ -20,9 +20,8 @@ var files embed.FS
 // script and calling it again by SHA; the script's source crosses the wire
 // only then.
 type Script struct {
-	name string
-	src  string
-	sha  string
+	src string
+	sha string
 }
 
 // load reads an embedded script; a missing one is a build mistake.
@@ -32,17 +31,11 @@ func load(name string) *Script {
 		panic(fmt.Sprintf("lua: %s is not embedded: %v", name, err))
 	}
 	sum := sha1.Sum(b)
-	return &Script{name: name, src: string(b), sha: hex.EncodeToString(sum[:])}
+	return &Script{src: string(b), sha: hex.EncodeToString(sum[:])}
 }
-
-// Name is the script's file name.
-func (s *Script) Name() string { return s.name }
 
 // SHA is the script's SHA-1, as EVALSHA takes it.
 func (s *Script) SHA() string { return s.sha }
-
-// Source is the script's text.
-func (s *Script) Source() string { return s.src }
 
 // Load loads the script into c (on every master of a cluster).
 func (s *Script) Load(ctx context.Context, c redis.Scripter) error {
