@@ -450,7 +450,12 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 		b.stats.failures.Add(1)
 		b.breaker.failure(b.e.clock())
 	case b.breaker.success():
-		b.workers.Go(b.recovered) // the callers need not wait for it
+		// Off the callers' path; decisions meanwhile go to the failure mode,
+		// so none is made against fleet buckets that miss the node's debit.
+		b.workers.Go(func() {
+			b.recovered()
+			b.breaker.recoveryDone()
+		})
 	}
 }
 

@@ -181,9 +181,10 @@ func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
 		t.Fatal("an abandoned batch left the breaker probing")
 	}
 	d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x"})
-	if err != nil || !d.Allow || e.BackendStatus().Degraded {
+	if err != nil || !d.Allow || e.BackendStatus().ScriptCalls == 0 {
 		t.Fatalf("after the cooldown the probe should reach Redis: %+v, %v, %+v", d, err, e.BackendStatus())
 	}
+	waitFor(t, "the breaker to close after the recovery", func() bool { return !e.BackendStatus().Degraded })
 }
 
 // A tenant whose demand here went to zero while its fleet figure is fresh,

@@ -133,9 +133,11 @@ func (j *journal) take() []journalEntry {
 
 // breaker is a circuit breaker on the calls to Redis. Closed, every call
 // goes through. After threshold failures in a row it opens: no call goes
-// through for the cooldown, then one call (the probe) does; its success
-// closes the breaker, its failure opens it again. Times are the engine's
-// clock, in µs.
+// through for the cooldown, then one call (the probe) does; its failure
+// opens the breaker again, its success starts the recovery: no call goes
+// through until what the node admitted on its own meanwhile is debited from
+// the fleet's buckets (recovered), and then the breaker closes. Times are
+// the engine's clock, in µs.
 type breaker struct {
 	mu        sync.Mutex
 	state     breakerState
@@ -153,6 +155,7 @@ const (
 	breakerClosed breakerState = iota
 	breakerOpen
 	breakerProbing
+	breakerRecovering
 )
 
 func (b *breaker) init(threshold int, cooldown time.Duration) {
@@ -186,18 +189,31 @@ func (b *breaker) blocked(now int64) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.state == breakerProbing || b.state == breakerOpen && now < b.openUntil
+	return b.state == breakerProbing || b.state == breakerRecovering || b.state == breakerOpen && now < b.openUntil
 }
 
-// success records a call that worked; it reports whether the breaker was
-// open, that is, whether Redis just came back.
+// success records a call that worked; it reports whether it was the probe,
+// that is, whether Redis just came back: the breaker then stays shut until
+// recoveryDone.
 func (b *breaker) success() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	was := b.state != breakerClosed
-	b.state, b.failures = breakerClosed, 0
-	b.open.Store(false)
-	return was
+	b.failures = 0
+	if b.state == breakerClosed {
+		return false
+	}
+	b.state = breakerRecovering
+	return true
+}
+
+// recoveryDone closes the breaker after a recovery.
+func (b *breaker) recoveryDone() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == breakerRecovering {
+		b.state = breakerClosed
+		b.open.Store(false)
+	}
 }
 
 // failure records a call that failed at now.
