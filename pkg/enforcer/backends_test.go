@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
 // The backends the behaviour suite runs against. Each is exact on one node

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
 // Regression tests for the distributed backends, named after what went

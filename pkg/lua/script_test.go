@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
 // TestScriptHeaders: every script states its contract in its header.

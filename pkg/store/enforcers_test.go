@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaplane/quotaplane/pkg/internal/redistest"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
 

@@ -1,0 +1,22 @@
+package testenv_test
+
+import (
+	"context"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/pkg/testenv"
+)
+
+func TestStartInstallsTheCRDs(t *testing.T) {
+	env := testenv.Start(t)
+	if len(env.CRDs) != 4 {
+		t.Fatalf("installed %d CRDs, want the 4 of quotaplane.io", len(env.CRDs))
+	}
+	var list v1alpha1.QuotaPlaneList
+	if err := env.Client.List(context.Background(), &list, client.InNamespace("default")); err != nil {
+		t.Fatalf("list QuotaPlanes: %v", err)
+	}
+}
