@@ -12,8 +12,8 @@ import (
 
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
-	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
 // BenchmarkHTTP measures the decision API end to end: a real net/http
