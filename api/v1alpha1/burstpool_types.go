@@ -5,7 +5,7 @@ import (
 )
 
 // BurstPoolSpec describes the plane's shared burst pool.
-// +kubebuilder:validation:XValidation:rule="self.perTenantCeiling <= self.size",message="perTenantCeiling must not exceed size"
+// +kubebuilder:validation:XValidation:rule="self.perTenantCeiling <= self.size",fieldPath=".perTenantCeiling",message="perTenantCeiling must be at most the pool size; lower perTenantCeiling or raise size"
 type BurstPoolSpec struct {
 	// size is the most tokens the pool holds.
 	// +required
@@ -20,14 +20,19 @@ type BurstPoolSpec struct {
 	// +kubebuilder:validation:Maximum=1000000000
 	RefillRate int64 `json:"refillRate"`
 
-	// perTenantCeiling is the most a single tenant may owe the pool.
+	// perTenantCeiling is the most a single tenant may owe the pool, at most size.
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	PerTenantCeiling int64 `json:"perTenantCeiling"`
 
-	// tiers lists the tiers whose soft tenants may borrow. Empty means every soft tenant.
+	// tiers lists the tiers whose soft tenants may borrow. Empty means every
+	// soft tenant. Each must be one of the QuotaPlane's tiers: a check across
+	// objects, made by the manager, which sets Ready=False when it fails.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Tiers []string `json:"tiers,omitempty"`
 }
 
@@ -38,6 +43,7 @@ type BurstPoolSpec struct {
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.size`
 // +kubebuilder:printcolumn:name="Refill",type=integer,JSONPath=`.spec.refillRate`
 // +kubebuilder:printcolumn:name="Ceiling",type=integer,JSONPath=`.spec.perTenantCeiling`
+// +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.status.policyVersion`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BurstPool struct {

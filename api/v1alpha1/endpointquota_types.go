@@ -6,8 +6,11 @@ import (
 
 // EndpointTierLimit is an endpoint's per-tenant limit for the tenants of one tier.
 type EndpointTierLimit struct {
-	// tier is one of the QuotaPlane's tiers.
+	// tier is one of the QuotaPlane's tiers. That it exists is a check across
+	// objects, made by the manager, which sets Ready=False when it fails.
 	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Tier string `json:"tier"`
 
 	// limit is the per-tenant limit on this endpoint for that tier's tenants.
@@ -34,10 +37,11 @@ type EndpointQuotaSpec struct {
 	// +optional
 	Limit *Limit `json:"limit,omitempty"`
 
-	// tiers override limit for the tenants of a tier.
+	// tiers override limit for the tenants of a tier, each tier once.
 	// +optional
 	// +listType=map
 	// +listMapKey=tier
+	// +kubebuilder:validation:MaxItems=16
 	Tiers []EndpointTierLimit `json:"tiers,omitempty"`
 }
 

@@ -99,17 +99,18 @@ type Tier struct {
 }
 
 // EnforcerFleet says how the manager scales the enforcer Deployment.
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas; lower minReplicas or raise maxReplicas"
 type EnforcerFleet struct {
 	// deploymentName is the enforcer Deployment in the plane's namespace.
 	// +optional
 	DeploymentName string `json:"deploymentName,omitempty"`
 
-	// minReplicas is the fewest enforcers. Default 1.
+	// minReplicas is the fewest enforcers, at most maxReplicas. Default 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MinReplicas int32 `json:"minReplicas,omitempty"`
 
-	// maxReplicas is the most enforcers. Default 10.
+	// maxReplicas is the most enforcers. Default 10, or minReplicas when that is larger.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	MaxReplicas int32 `json:"maxReplicas,omitempty"`
@@ -121,17 +122,25 @@ type EnforcerFleet struct {
 }
 
 // QuotaPlaneSpec is what belongs to the whole plane.
+// +kubebuilder:validation:XValidation:rule="self.tiers.map(t, has(t.floorPercent) ? t.floorPercent : 0).sum() <= 100",fieldPath=".tiers",message="tier floors add up to more than 100%; they must add up to at most 100% of the global limit: lower some floorPercent"
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultTier) || self.tiers.exists(t, t.name == self.defaultTier)",fieldPath=".defaultTier",message="defaultTier is not one of the tiers; name one of them or leave defaultTier unset"
 type QuotaPlaneSpec struct {
-	// global is the limit on all traffic of the plane.
+	// global is the limit on all traffic of the plane. It must be a
+	// tokenBucket: fairness and reconciliation work on its refill rate.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || self.algorithm == 'tokenBucket'",fieldPath=".algorithm",message="the global limit must be a tokenBucket: fairness and reconciliation work on its refill rate; remove algorithm or set it to tokenBucket"
 	Global Limit `json:"global"`
 
 	// mode is where decisions are made: local, central or local-reconciled. Default local.
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
 
-	// reconcileInterval is how often local-reconciled enforcers reconcile with Redis. Default 200ms.
+	// reconcileInterval is how often local-reconciled enforcers reconcile with
+	// Redis: a duration from 10ms to 1h. Default 200ms.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+$') && duration(self) >= duration('10ms') && duration(self) <= duration('1h')",message="reconcileInterval is out of range; use a duration from 10ms to 1h (default 200ms)"
 	ReconcileInterval *metav1.Duration `json:"reconcileInterval,omitempty"`
 
 	// shards is how many Redis Cluster slots the plane's central state
@@ -150,9 +159,10 @@ type QuotaPlaneSpec struct {
 	// +optional
 	FailureMode FailureMode `json:"failureMode,omitempty"`
 
-	// defaultTier is the tier of tenants that name none and of unknown tenants.
-	// Defaults to the tier with the lowest weight.
+	// defaultTier is the tier of tenants that name none and of unknown tenants;
+	// it must be one of tiers. Defaults to the tier with the lowest weight.
 	// +optional
+	// +kubebuilder:validation:MaxLength=63
 	DefaultTier string `json:"defaultTier,omitempty"`
 
 	// unknownTenants is what happens to tenants without a TenantQuota: default
@@ -165,7 +175,8 @@ type QuotaPlaneSpec struct {
 	// +optional
 	UnknownEndpoints UnknownPolicy `json:"unknownEndpoints,omitempty"`
 
-	// tiers are the plane's tenant classes.
+	// tiers are the plane's tenant classes: 1 to 16, with unique names and
+	// floors that add up to at most 100.
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16

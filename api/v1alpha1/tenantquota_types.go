@@ -6,10 +6,12 @@ import (
 
 // KeyQuota overrides the limit of one api key of a tenant.
 type KeyQuota struct {
-	// key is the api key, as sent in X-Api-Key.
+	// key is the api key, as sent in X-Api-Key: 1 to 256 printable ASCII
+	// characters without spaces.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[!-~]*$')",message="key cannot be sent in X-Api-Key; use 1 to 256 printable ASCII characters without spaces"
 	Key string `json:"key"`
 
 	// limit is the key's limit.
@@ -19,10 +21,13 @@ type KeyQuota struct {
 
 // TenantEndpointQuota overrides one endpoint's limit for a tenant.
 type TenantEndpointQuota struct {
-	// endpoint is the endpoint name, as in POST /api/{endpoint}.
+	// endpoint is the endpoint name, as in POST /api/{endpoint}. It must name
+	// an EndpointQuota of the plane: the manager checks that (an object
+	// cannot see the others when it is admitted) and sets Ready=False if not.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._~-]+$`
 	Endpoint string `json:"endpoint"`
 
 	// limit is the tenant's limit on this endpoint.
@@ -32,14 +37,21 @@ type TenantEndpointQuota struct {
 
 // TenantQuotaSpec describes one tenant's quota.
 type TenantQuotaSpec struct {
-	// tenant is the tenant id, as sent in X-Tenant.
+	// tenant is the tenant id, as sent in X-Tenant: 1 to 256 printable ASCII
+	// characters without spaces.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[!-~]*$')",message="tenant cannot be sent in X-Tenant; use 1 to 256 printable ASCII characters without spaces"
 	Tenant string `json:"tenant"`
 
-	// tier is the tenant's tier, one of the QuotaPlane's tiers. Defaults to the plane's defaultTier.
+	// tier is the tenant's tier, one of the QuotaPlane's tiers. Defaults to
+	// the plane's defaultTier. That the tier exists is a check across objects,
+	// which admission cannot make: the manager makes it (policy.Compile) and
+	// sets Ready=False, naming the plane's tiers, when it fails.
 	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Tier string `json:"tier,omitempty"`
 
 	// limit overrides the tier's per-tenant limit.
@@ -59,20 +71,21 @@ type TenantQuotaSpec struct {
 	// shards splits a whale tenant's buckets over this many of the plane's
 	// shards (mode central), each with an even part of its limits, so that
 	// its traffic is not bound to one Redis key's throughput. An api key's
-	// requests stay in one part. Default 1; at most the plane's shards.
+	// requests stay in one part. Default 1; at most the plane's shards (a
+	// check across objects, made by the manager, which sets Ready=False).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=64
 	Shards *int32 `json:"shards,omitempty"`
 
-	// keys override the tier's per-key limit for named api keys.
+	// keys override the tier's per-key limit for named api keys, each key once.
 	// +optional
 	// +listType=map
 	// +listMapKey=key
 	// +kubebuilder:validation:MaxItems=1000
 	Keys []KeyQuota `json:"keys,omitempty"`
 
-	// endpoints override endpoint limits for this tenant.
+	// endpoints override endpoint limits for this tenant, each endpoint once.
 	// +optional
 	// +listType=map
 	// +listMapKey=endpoint
