@@ -8,6 +8,9 @@ SHELL := /usr/bin/env bash -o pipefail
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+# The newest kustomize v5 that Go 1.26 builds (v5.8.3 needs Go 1.27).
+KUSTOMIZE_VERSION ?= v5.8.2
+KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 
 GO ?= go
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
@@ -38,8 +41,8 @@ build: ## Build every binary into ./bin.
 	$(GO) build -o $(LOCALBIN)/ ./cmd/...
 
 .PHONY: test
-test: lint verify redis-server ## Run the whole suite (lint, generated-code check, go test -race).
-	$(GO) test $(GOTEST_FLAGS) $(PKGS)
+test: lint verify redis-server $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race).
+	KUSTOMIZE=$(KUSTOMIZE) KUBEBUILDER_ASSETS="$$(hack/envtest-binaries.sh)" $(GO) test $(GOTEST_FLAGS) $(PKGS)
 
 .PHONY: bench
 bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s).
@@ -72,6 +75,16 @@ lint: ## go vet and gofmt.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
 		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
+##@ Deploy
+
+.PHONY: kustomize-build
+kustomize-build: $(KUSTOMIZE) ## Print what `kubectl apply -k config/default` installs.
+	@$(KUSTOMIZE) build config/default
+
+.PHONY: kind-e2e
+kind-e2e: ## Build both images, install everything on a kind cluster, check a 200 and a 429 (needs kind, kubectl, docker or podman).
+	hack/kind-e2e.sh
+
 ##@ Tools
 
 # Tests start their own redis-server processes on free loopback ports; the
@@ -87,3 +100,8 @@ $(CONTROLLER_GEN):
 	mkdir -p $(LOCALBIN)
 	GOBIN=$(LOCALBIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 	mv $(LOCALBIN)/controller-gen $(CONTROLLER_GEN)
+
+$(KUSTOMIZE):
+	mkdir -p $(LOCALBIN)
+	GOBIN=$(LOCALBIN) $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	mv $(LOCALBIN)/kustomize $(KUSTOMIZE)
