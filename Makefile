@@ -53,11 +53,12 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs from the API markers into config/crd/bases.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases) and the manager's RBAC role (config/rbac/role.yaml) from markers.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=quotaplane-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
 
 # GENERATED lists what the generators write; verify compares it before and after.
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) ## Rerun every generator and the sample check; fail if generated files were stale.
@@ -86,6 +87,10 @@ kind-e2e: ## Build both images, install everything on a kind cluster, check a 20
 	hack/kind-e2e.sh
 
 ##@ Tools
+
+.PHONY: envtest
+envtest: ## Build (once, cached outside the repo) the kube-apiserver and etcd that controller tests run against; prints their directory.
+	@hack/envtest-binaries.sh
 
 # Tests start their own redis-server processes on free loopback ports; the
 # binary comes from Debian's package when it is missing.

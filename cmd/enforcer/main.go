@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/envflag"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/reload"
 	"github.com/quotaplane/quotaplane/pkg/server"
@@ -42,49 +42,22 @@ func main() {
 	}
 }
 
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(name); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-		slog.Warn("ignoring an unparsable duration", "env", name, "value", v)
-	}
-	return def
-}
-
-func envInt(name string, def int64) int64 {
-	if v, ok := os.LookupEnv(name); ok {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return n
-		}
-		slog.Warn("ignoring an unparsable number", "env", name, "value", v)
-	}
-	return def
-}
-
 func run() error {
-	policyDir := flag.String("policy", env("QUOTAPLANE_POLICY", ""), "directory of quota YAML files, watched and read again every -reload-interval (default: the embedded sample plane, unless -redis-addr) [QUOTAPLANE_POLICY]")
-	redisAddr := flag.String("redis-addr", env("QUOTAPLANE_REDIS_ADDR", ""), "Redis host:port: the distributed modes' state, and, without -policy, the policy store [QUOTAPLANE_REDIS_ADDR; password in QUOTAPLANE_REDIS_PASSWORD]")
-	plane := flag.String("plane", env("QUOTAPLANE_PLANE", ""), "the plane to load from the policy store, namespace/name [QUOTAPLANE_PLANE]")
-	nodeID := flag.String("node-id", env("QUOTAPLANE_NODE_ID", ""), "this enforcer's id in its fleet (default: host name and a random suffix) [QUOTAPLANE_NODE_ID]")
-	listen := flag.String("listen", env("QUOTAPLANE_LISTEN", ":8080"), "API listen address [QUOTAPLANE_LISTEN]")
-	adminListen := flag.String("admin-listen", env("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
+	policyDir := flag.String("policy", envflag.String("QUOTAPLANE_POLICY", ""), "directory of quota YAML files, watched and read again every -reload-interval (default: the embedded sample plane, unless -redis-addr) [QUOTAPLANE_POLICY]")
+	redisAddr := flag.String("redis-addr", envflag.String("QUOTAPLANE_REDIS_ADDR", ""), "Redis host:port: the distributed modes' state, and, without -policy, the policy store [QUOTAPLANE_REDIS_ADDR; password in QUOTAPLANE_REDIS_PASSWORD]")
+	plane := flag.String("plane", envflag.String("QUOTAPLANE_PLANE", ""), "the plane to load from the policy store, namespace/name [QUOTAPLANE_PLANE]")
+	nodeID := flag.String("node-id", envflag.String("QUOTAPLANE_NODE_ID", ""), "this enforcer's id in its fleet (default: host name and a random suffix) [QUOTAPLANE_NODE_ID]")
+	listen := flag.String("listen", envflag.String("QUOTAPLANE_LISTEN", ":8080"), "API listen address [QUOTAPLANE_LISTEN]")
+	adminListen := flag.String("admin-listen", envflag.String("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
 		"admin listen address: /healthz, /readyz, /metrics, /quota/debug; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
-	reloadEvery := flag.Duration("reload-interval", envDuration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
+	reloadEvery := flag.Duration("reload-interval", envflag.Duration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
 		"how often -policy DIR is read again besides its file watch [QUOTAPLANE_RELOAD_INTERVAL]")
 	var o policy.Overrides
-	flag.StringVar(&o.Mode, "mode", env("QUOTAPLANE_MODE", ""), "override the plane's mode: local, central or local-reconciled [QUOTAPLANE_MODE]")
-	flag.StringVar(&o.Fairness, "fairness", env("QUOTAPLANE_FAIRNESS", ""), "override the plane's fairness: none, maxmin, wfq or drr [QUOTAPLANE_FAIRNESS]")
-	reconcileMs := flag.Int64("reconcile-ms", envInt("QUOTAPLANE_RECONCILE_MS", 0), "override the plane's reconcile interval, ms [QUOTAPLANE_RECONCILE_MS]")
-	flag.Int64Var(&o.BurstPoolSize, "burst-pool", envInt("QUOTAPLANE_BURST_POOL", 0), "override the burst pool's size, tokens [QUOTAPLANE_BURST_POOL]")
-	flag.Int64Var(&o.GlobalPerSecond, "global-rps", envInt("QUOTAPLANE_GLOBAL_RPS", 0), "override the global limit, tokens per second [QUOTAPLANE_GLOBAL_RPS]")
+	flag.StringVar(&o.Mode, "mode", envflag.String("QUOTAPLANE_MODE", ""), "override the plane's mode: local, central or local-reconciled [QUOTAPLANE_MODE]")
+	flag.StringVar(&o.Fairness, "fairness", envflag.String("QUOTAPLANE_FAIRNESS", ""), "override the plane's fairness: none, maxmin, wfq or drr [QUOTAPLANE_FAIRNESS]")
+	reconcileMs := flag.Int64("reconcile-ms", envflag.Int("QUOTAPLANE_RECONCILE_MS", 0), "override the plane's reconcile interval, ms [QUOTAPLANE_RECONCILE_MS]")
+	flag.Int64Var(&o.BurstPoolSize, "burst-pool", envflag.Int("QUOTAPLANE_BURST_POOL", 0), "override the burst pool's size, tokens [QUOTAPLANE_BURST_POOL]")
+	flag.Int64Var(&o.GlobalPerSecond, "global-rps", envflag.Int("QUOTAPLANE_GLOBAL_RPS", 0), "override the global limit, tokens per second [QUOTAPLANE_GLOBAL_RPS]")
 	flag.Parse()
 	o.ReconcileInterval = time.Duration(*reconcileMs) * time.Millisecond
 

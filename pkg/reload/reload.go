@@ -29,6 +29,7 @@ type Loader struct {
 	loads     *prometheus.CounterVec // by result: ok, error
 	log       *slog.Logger
 	ready     atomic.Bool
+	applied   chan struct{} // nudges Report when a new version is in force
 
 	mu         sync.Mutex
 	lastSource string // hash of the last source policy applied
@@ -40,7 +41,7 @@ type Loader struct {
 // "error"). loaded is the source policy the engine started with, or nil when
 // it started on a stand-in (not ready until the source's first policy).
 func New(e *enforcer.Engine, o policy.Overrides, loads *prometheus.CounterVec, log *slog.Logger, loaded *policy.Policy) *Loader {
-	l := &Loader{engine: e, overrides: o, loads: loads, log: log}
+	l := &Loader{engine: e, overrides: o, loads: loads, log: log, applied: make(chan struct{}, 1)}
 	if loaded != nil {
 		l.lastSource, l.version = loaded.Hash(), loaded.Version()
 		l.ready.Store(true)
@@ -70,6 +71,10 @@ func (l *Loader) Apply(p *policy.Policy) (bool, error) {
 	l.lastSource, l.version = p.Hash(), p.Version()
 	l.ready.Store(true)
 	l.loads.WithLabelValues("ok").Inc()
+	select {
+	case l.applied <- struct{}{}:
+	default:
+	}
 	l.log.Info("policy loaded", "plane", p.ID(), "version", p.Version(), "hash", p.Hash()[:12], "mode", p.Spec().Mode)
 	return true, nil
 }
@@ -147,23 +152,26 @@ func (l *Loader) WatchStore(ctx context.Context, s *store.Store) error {
 	return s.Watch(ctx, func(p *policy.Policy) { _, _ = l.Apply(p) }, l.failed)
 }
 
-// Report tells the policy store, every interval until ctx ends, which policy
-// version this enforcer runs and its decisions per second (decisions counts
-// them), so that the manager can show how many enforcers loaded a version.
-// A report lapses after three intervals without renewal.
+// Report tells the policy store, every interval and at once after each new
+// version is applied, until ctx ends, which policy version this enforcer runs
+// and its decisions per second (decisions counts them), so that the manager
+// can show how many enforcers loaded a version. A report lapses after three
+// intervals without renewal.
 func (l *Loader) Report(ctx context.Context, s *store.Store, decisions func() int64, every time.Duration) {
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	last, lastAt := decisions(), time.Now()
+	var rate float64 // over the last whole interval
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			n, now := decisions(), time.Now()
+			rate = float64(n-last) / now.Sub(lastAt).Seconds()
+			last, lastAt = n, now
+		case <-l.applied:
 		}
-		n, now := decisions(), time.Now()
-		rate := float64(n-last) / now.Sub(lastAt).Seconds()
-		last, lastAt = n, now
 		if err := s.Report(ctx, l.engine.NodeID(), l.engine.Policy().Version(), rate, 3*every); err != nil && ctx.Err() == nil {
 			l.log.Warn("enforcer report not sent", "err", err)
 		}

@@ -10,6 +10,7 @@ package testenv
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,25 +54,28 @@ func Scheme() *k8sruntime.Scheme {
 }
 
 // Assets is the directory holding kube-apiserver and etcd.
-func Assets(t testing.TB) string {
-	t.Helper()
+func Assets() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
+		return dir, nil
 	}
 	var out, errOut bytes.Buffer
 	cmd := exec.Command("bash", filepath.Join(Root(), "hack", "envtest-binaries.sh"))
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("hack/envtest-binaries.sh: %v\n%s", err, errOut.String())
+		return "", fmt.Errorf("hack/envtest-binaries.sh: %w\n%s", err, errOut.String())
 	}
-	return strings.TrimSpace(out.String())
+	return strings.TrimSpace(out.String()), nil
 }
 
-// Start starts an API server with quotaplane's CRDs, stopped when the test ends.
-func Start(t testing.TB) *Env {
-	t.Helper()
+// Launch starts an API server with quotaplane's CRDs; Stop stops it. Tests
+// use Start; Launch is for a TestMain that shares one server.
+func Launch() (*Env, error) {
+	assets, err := Assets()
+	if err != nil {
+		return nil, err
+	}
 	e := &envtest.Environment{
-		BinaryAssetsDirectory:    Assets(t),
+		BinaryAssetsDirectory:    assets,
 		CRDDirectoryPaths:        []string{filepath.Join(Root(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing:    true,
 		Scheme:                   Scheme(),
@@ -80,16 +84,27 @@ func Start(t testing.TB) *Env {
 	}
 	cfg, err := e.Start()
 	if err != nil {
-		t.Fatalf("start the test API server: %v", err)
+		return nil, fmt.Errorf("start the test API server: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		_ = e.Stop()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Env{Environment: e, Config: cfg, Client: c}, nil
+}
+
+// Start starts an API server with quotaplane's CRDs, stopped when the test ends.
+func Start(t testing.TB) *Env {
+	t.Helper()
+	e, err := Launch()
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := e.Stop(); err != nil {
 			t.Errorf("stop the test API server: %v", err)
 		}
 	})
-	c, err := client.New(cfg, client.Options{Scheme: e.Scheme})
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	return &Env{Environment: e, Config: cfg, Client: c}
+	return e
 }

@@ -1,0 +1,106 @@
+// Command manager runs quotaplane's controllers: it compiles the quota
+// objects of every namespace into a versioned policy in Redis, reports on
+// each object whether it is in force, and scales the enforcer fleet (see
+// package controllers).
+//
+// It talks to the cluster of -kubeconfig (or KUBECONFIG, or the in-cluster
+// config) and to the Redis of -redis-addr. The Redis password comes from the
+// environment (QUOTAPLANE_REDIS_PASSWORD, in a Deployment from a Secret) or
+// from -redis-password-file (a mounted Secret); it is never logged.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/quotaplane/quotaplane/controllers"
+	"github.com/quotaplane/quotaplane/pkg/envflag"
+)
+
+func main() {
+	if err := run(); err != nil {
+		slog.Error("manager stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		redisAddr    = flag.String("redis-addr", envflag.String("QUOTAPLANE_REDIS_ADDR", ""), "Redis host:port holding the policy store [QUOTAPLANE_REDIS_ADDR]")
+		redisUser    = flag.String("redis-username", envflag.String("QUOTAPLANE_REDIS_USERNAME", ""), "Redis ACL user [QUOTAPLANE_REDIS_USERNAME]")
+		passwordFile = flag.String("redis-password-file", envflag.String("QUOTAPLANE_REDIS_PASSWORD_FILE", ""), "file holding the Redis password, such as a mounted Secret (default: env QUOTAPLANE_REDIS_PASSWORD) [QUOTAPLANE_REDIS_PASSWORD_FILE]")
+		metricsAddr  = flag.String("metrics-bind-address", envflag.String("QUOTAPLANE_METRICS_BIND_ADDRESS", ":8080"), "where /metrics listens; 0 turns it off [QUOTAPLANE_METRICS_BIND_ADDRESS]")
+		probeAddr    = flag.String("health-probe-bind-address", envflag.String("QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS", ":8081"), "where /healthz and /readyz listen [QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS]")
+		leaderElect  = flag.Bool("leader-elect", envflag.Bool("QUOTAPLANE_LEADER_ELECT", false), "elect one active manager among replicas (a Lease) [QUOTAPLANE_LEADER_ELECT]")
+		leaderNS     = flag.String("leader-election-namespace", envflag.String("QUOTAPLANE_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader Lease (default: the pod's own) [QUOTAPLANE_LEADER_ELECTION_NAMESPACE]")
+		fleetEvery   = flag.Duration("fleet-interval", envflag.Duration("QUOTAPLANE_FLEET_INTERVAL", 5*time.Second), "how often enforcer reports are read and fleets resized [QUOTAPLANE_FLEET_INTERVAL]")
+		scaleDown    = flag.Duration("scale-down-delay", envflag.Duration("QUOTAPLANE_SCALE_DOWN_DELAY", 5*time.Minute), "how long a lower replica count must be wanted before a fleet shrinks [QUOTAPLANE_SCALE_DOWN_DELAY]")
+	)
+	// controller-runtime registers -kubeconfig on the default flag set.
+	flag.Parse()
+
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+
+	if *redisAddr == "" {
+		return errors.New("no Redis: set -redis-addr (or QUOTAPLANE_REDIS_ADDR) to the Redis that holds the policy store")
+	}
+	password := os.Getenv("QUOTAPLANE_REDIS_PASSWORD")
+	if *passwordFile != "" {
+		b, err := os.ReadFile(*passwordFile)
+		if err != nil {
+			return fmt.Errorf("read the Redis password: %w", err)
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, Username: *redisUser, Password: password, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("no cluster to manage: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        controllers.NewScheme(),
+		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:        *probeAddr,
+		LeaderElection:                *leaderElect,
+		LeaderElectionID:              "quotaplane-manager.quotaplane.io",
+		LeaderElectionNamespace:       *leaderNS,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create the manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, controllers.Options{Redis: rdb, FleetInterval: *fleetEvery, ScaleDownDelay: *scaleDown}); err != nil {
+		return fmt.Errorf("set up the controllers: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	// Ready when Redis answers: without it nothing can be published.
+	if err := mgr.AddReadyzCheck("redis", func(r *http.Request) error {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		return rdb.Ping(ctx).Err()
+	}); err != nil {
+		return err
+	}
+	log.Info("manager starting", "redis", *redisAddr, "redisUser", *redisUser, "redisPassword", password != "",
+		"leaderElect", *leaderElect, "metrics", *metricsAddr, "probes", *probeAddr, "fleetInterval", *fleetEvery, "scaleDownDelay", *scaleDown)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

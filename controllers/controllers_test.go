@@ -1,0 +1,291 @@
+package controllers
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
+	"github.com/quotaplane/quotaplane/pkg/store"
+	"github.com/quotaplane/quotaplane/pkg/testenv"
+)
+
+// TestManager runs one manager against a real API server and a real Redis;
+// each subtest works in its own namespace (its own plane).
+func TestManager(t *testing.T) {
+	env := testenv.Start(t)
+	r := redistest.Start(t)
+	startManager(t, env, r, false)
+	ctx := context.Background()
+
+	t.Run("the samples publish what Compile gives", func(t *testing.T) {
+		ns := namespace(t, env, "samples")
+		objs := samples(t, ns)
+		create(t, env, objs)
+		want, problems := policy.Compile(objs)
+		if want == nil || len(problems) > 0 {
+			t.Fatalf("the samples do not compile: %v", problems)
+		}
+		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+		// Objects arrive one by one, so intermediate versions may come first.
+		eventually(t, 20*time.Second, "the whole plane is published", func() bool {
+			get(t, env, plane)
+			return plane.Status.PublishedHash == want.Hash()
+		})
+		got := current(t, r, ns+"/main")
+		if got == nil || got.Hash() != want.Hash() || got.Version() != plane.Status.PublishedVersion {
+			t.Fatalf("Redis holds %s; want the compiled samples (hash %s) at version %d", describe(got), want.Hash(), plane.Status.PublishedVersion)
+		}
+		// Every object says it is in force in that version.
+		for _, o := range objs {
+			obj := o.(client.Object)
+			eventually(t, 10*time.Second, "every object is Ready", func() bool {
+				get(t, env, obj)
+				c := ready(obj)
+				return c != nil && c.Status == metav1.ConditionTrue
+			})
+			st := statusOf(obj)
+			if st.PolicyVersion != got.Version() || st.ObservedGeneration != obj.GetGeneration() || ready(obj).Reason != ReasonPublished {
+				t.Errorf("%T %s: status %+v; want policyVersion %d, observedGeneration %d", obj, obj.GetName(), st, got.Version(), obj.GetGeneration())
+			}
+		}
+		var evs eventsv1.EventList
+		eventually(t, 10*time.Second, "a Published event on the QuotaPlane", func() bool {
+			if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs.Items {
+				if e.Reason == "Published" && e.Regarding.Name == "main" && e.ReportingController == EventSource {
+					return true
+				}
+			}
+			return false
+		})
+	})
+
+	t.Run("an update publishes the next version", func(t *testing.T) {
+		ns := namespace(t, env, "update")
+		create(t, env, samples(t, ns))
+		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
+		eventually(t, 20*time.Second, "the plane is published", func() bool {
+			get(t, env, tq)
+			return tq.Status.PolicyVersion > 0
+		})
+		eventually(t, 10*time.Second, "the whole plane is published", func() bool {
+			get(t, env, plane)
+			return plane.Status.PublishedHash == samplePolicy(t, ns).Hash()
+		})
+		get(t, env, tq)
+		before := tq.Status.PolicyVersion
+		update(t, env, tq, func() { tq.Spec.Limit.Rate = 1234 })
+		eventually(t, 10*time.Second, "the tenant's status names the next version", func() bool {
+			get(t, env, tq)
+			return tq.Status.PolicyVersion == before+1 && tq.Status.ObservedGeneration == tq.Generation
+		})
+		get(t, env, plane)
+		if plane.Status.PublishedVersion != before+1 {
+			t.Errorf("QuotaPlane status.publishedVersion %d, want %d", plane.Status.PublishedVersion, before+1)
+		}
+		p := current(t, r, ns+"/main")
+		if tenant, _ := p.Tenant("whale-1"); p.Version() != before+1 || tenant.Limit == nil || tenant.Limit.Rate != 1234 {
+			t.Fatalf("Redis holds version %d with whale-1 %+v; want version %d with rate 1234", p.Version(), tenant.Limit, before+1)
+		}
+		// Other objects follow to the new version too.
+		ep := &v1alpha1.EndpointQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "read"}}
+		eventually(t, 10*time.Second, "the other objects name the next version", func() bool {
+			get(t, env, ep)
+			return ep.Status.PolicyVersion == before+1
+		})
+	})
+
+	t.Run("an invalid object gets a condition and is not published", func(t *testing.T) {
+		ns := namespace(t, env, "invalid")
+		create(t, env, samples(t, ns))
+		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+		eventually(t, 20*time.Second, "the whole plane is published", func() bool {
+			get(t, env, plane)
+			return plane.Status.PublishedHash == samplePolicy(t, ns).Hash()
+		})
+		version := plane.Status.PublishedVersion
+		bad := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hooli"},
+			Spec: v1alpha1.TenantQuotaSpec{Tenant: "hooli", Tier: "platinum"}}
+		if err := env.Client.Create(ctx, bad); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "the object is marked Invalid", func() bool {
+			get(t, env, bad)
+			c := ready(bad)
+			return c != nil && c.Reason == ReasonInvalid
+		})
+		if c := ready(bad); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "platinum") || !strings.Contains(c.Message, "spec.tier") {
+			t.Errorf("condition %+v; want Ready=False naming spec.tier and the unknown tier", c)
+		}
+		if bad.Status.PolicyVersion != 0 {
+			t.Errorf("an object left out names policy version %d", bad.Status.PolicyVersion)
+		}
+		p := current(t, r, ns+"/main")
+		if _, named := p.Tenant("hooli"); p.Version() != version || named {
+			t.Fatalf("Redis holds version %d (hooli in it: %t); want version %d unchanged", p.Version(), named, version)
+		}
+		// A plane-level problem: a second QuotaPlane. Nothing new is
+		// published and every object says why.
+		second := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "second"},
+			Spec: v1alpha1.QuotaPlaneSpec{Global: v1alpha1.Limit{Rate: 1}, Tiers: []v1alpha1.Tier{{Name: "only"}}}}
+		if err := env.Client.Create(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		ep := &v1alpha1.EndpointQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "read"}}
+		eventually(t, 10*time.Second, "the plane's objects say the plane does not compile", func() bool {
+			get(t, env, ep)
+			get(t, env, plane)
+			c, pc := ready(ep), ready(plane)
+			return c != nil && c.Reason == ReasonPlaneInvalid && pc != nil && pc.Reason == ReasonInvalid
+		})
+		if c := ready(ep); !strings.Contains(c.Message, "version "+itoa(version)+" stays in force") || ep.Status.PolicyVersion != version {
+			t.Errorf("EndpointQuota condition %q, policyVersion %d; want the version in force, %d", c.Message, ep.Status.PolicyVersion, version)
+		}
+		if p := current(t, r, ns+"/main"); p.Version() != version {
+			t.Fatalf("a plane-level problem published version %d", p.Version())
+		}
+		if err := env.Client.Delete(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "the plane is Ready again", func() bool {
+			get(t, env, ep)
+			c := ready(ep)
+			return c != nil && c.Status == metav1.ConditionTrue
+		})
+		var evs eventsv1.EventList
+		eventually(t, 10*time.Second, "a Rejected event on the invalid object", func() bool {
+			if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs.Items {
+				if e.Reason == "Rejected" && e.Regarding.Name == "hooli" && e.Type == corev1.EventTypeWarning {
+					return true
+				}
+			}
+			return false
+		})
+	})
+
+	t.Run("a deleted object leaves the next version", func(t *testing.T) {
+		ns := namespace(t, env, "delete")
+		create(t, env, samples(t, ns))
+		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "globex"}}
+		eventually(t, 20*time.Second, "the whole plane is published", func() bool {
+			get(t, env, tq)
+			p := current(t, r, ns+"/main")
+			return p != nil && p.Hash() == samplePolicy(t, ns).Hash() && tq.Status.PolicyVersion == p.Version()
+		})
+		version := tq.Status.PolicyVersion
+		if p := current(t, r, ns+"/main"); p == nil {
+			t.Fatal("nothing published")
+		} else if _, ok := p.Tenant("globex"); !ok {
+			t.Fatal("globex is not in the published policy")
+		}
+		if err := env.Client.Delete(ctx, tq); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "a version without globex", func() bool {
+			p := current(t, r, ns+"/main")
+			_, ok := p.Tenant("globex")
+			return p.Version() == version+1 && !ok
+		})
+	})
+
+	t.Run("the enforcer fleet follows the decision rate", func(t *testing.T) {
+		ns := namespace(t, env, "fleet")
+		objs := samples(t, ns)
+		for _, o := range objs {
+			if qp, ok := o.(*v1alpha1.QuotaPlane); ok {
+				qp.Spec.Enforcer = v1alpha1.EnforcerFleet{DeploymentName: "enforcer", MinReplicas: 2, MaxReplicas: 8, TargetRatePerReplica: 1000}
+			}
+		}
+		create(t, env, objs)
+		labels := map[string]string{"app": "enforcer"}
+		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enforcer"},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "enforcer", Image: "quotaplane-enforcer"}}}}}}
+		if err := env.Client.Create(ctx, dep); err != nil {
+			t.Fatal(err)
+		}
+		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+		replicas := func() int32 { get(t, env, dep); return *dep.Spec.Replicas }
+		eventually(t, 20*time.Second, "no reports: the fleet is raised to minReplicas", func() bool {
+			return replicas() == 2
+		})
+		eventually(t, 10*time.Second, "the whole plane is published", func() bool {
+			get(t, env, plane)
+			return plane.Status.PublishedVersion == current(t, r, ns+"/main").Version()
+		})
+		version := plane.Status.PublishedVersion
+		s, err := store.New(r.Client(), ns+"/main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		report := func(rates ...float64) {
+			for i, rate := range rates {
+				if err := s.Report(ctx, "enforcer-"+itoa(int64(i)), version, rate, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		report(2000, 1500)
+		eventually(t, 5*time.Second, "3,500 decisions/s at 1,000 each: 4 replicas", func() bool { return replicas() == 4 })
+		eventually(t, 5*time.Second, "the plane's status shows the fleet", func() bool {
+			get(t, env, plane)
+			c := meta.FindStatusCondition(plane.Status.Conditions, ConditionScaled)
+			return plane.Status.Replicas == 4 && plane.Status.EnforcersReady == 2 && c != nil && c.Status == metav1.ConditionTrue
+		})
+		report(6000, 5000)
+		eventually(t, 5*time.Second, "11,000 decisions/s: capped at maxReplicas 8", func() bool { return replicas() == 8 })
+
+		// Down slowly: 3,000/s must be wanted for the whole delay (1 s here).
+		report(1500, 1500)
+		lowered := time.Now()
+		eventually(t, 5*time.Second, "3,000 decisions/s: 3 replicas after the delay", func() bool { return replicas() == 3 })
+		if waited := time.Since(lowered); waited < 900*time.Millisecond {
+			t.Errorf("scaled down after %s; the delay is 1s", waited)
+		}
+		// Within the tolerance (±10% of 3,000) the fleet holds.
+		for _, rates := range [][]float64{{1600, 1600}, {1400, 1400}, {1650, 1600}, {1400, 1350}} {
+			report(rates...)
+			hold := time.Now().Add(300 * time.Millisecond)
+			for time.Now().Before(hold) {
+				if n := replicas(); n != 3 {
+					t.Fatalf("rates %v within 10%% of 3,000/s moved the fleet to %d replicas", rates, n)
+				}
+			}
+		}
+	})
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// samplePolicy is Compile of the samples in ns.
+func samplePolicy(t *testing.T, ns string) *policy.Policy {
+	p, _ := policy.Compile(samples(t, ns))
+	return p
+}
+
+func describe(p *policy.Policy) string {
+	if p == nil {
+		return "nothing"
+	}
+	return "version " + itoa(p.Version()) + " (hash " + p.Hash() + ")"
+}

@@ -1,0 +1,87 @@
+package controllers
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// Fleet scaling: the enforcer Deployment gets enough replicas for the
+// observed decision rate (the sum of what the enforcers report) at
+// targetRatePerReplica each, within minReplicas and maxReplicas. Two
+// hysteresis rules keep it from flapping, after the HorizontalPodAutoscaler:
+//
+//   - a tolerance: while the rate is within ±10% of what the current
+//     replicas are sized for, the recommendation is the current count;
+//   - scale up at once, scale down slowly: a lower count is applied only
+//     when every recommendation of the last scaleDownDelay was that low (the
+//     fleet shrinks to the highest of them).
+//
+// Without targetRatePerReplica, or while no enforcer reports, the replicas
+// are only kept within min and max.
+
+// scaleTolerance is the relative rate change the current replicas absorb.
+const scaleTolerance = 0.1
+
+// recommend is the replica count for rate at target per replica, holding
+// current while the rate is within the tolerance of it.
+func recommend(rate float64, current int32, target int64) int32 {
+	if current > 0 && math.Abs(rate/(float64(current)*float64(target))-1) <= scaleTolerance {
+		return current
+	}
+	return int32(min(math.Ceil(rate/float64(target)), math.MaxInt32))
+}
+
+type recommendation struct {
+	at       time.Time
+	replicas int32
+}
+
+// scaler remembers each fleet's recent recommendations for slow scale-down.
+type scaler struct {
+	delay   time.Duration
+	mu      sync.Mutex
+	history map[string][]recommendation // by the plane's namespace
+}
+
+// replicas is how many replicas the fleet key should have at now, given its
+// current count and the observed rate (reporting says whether any enforcer
+// reported one).
+func (s *scaler) replicas(key string, now time.Time, current int32, rate float64, reporting bool, f policy.Enforcer) int32 {
+	want := current
+	if f.TargetRatePerReplica > 0 && reporting {
+		want = recommend(rate, current, f.TargetRatePerReplica)
+	}
+	want = min(max(want, f.MinReplicas), f.MaxReplicas)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.history == nil {
+		s.history = map[string][]recommendation{}
+	}
+	h := slices.DeleteFunc(s.history[key], func(r recommendation) bool { return now.Sub(r.at) > s.delay })
+	if n := len(h); n > 0 && h[n-1].replicas == want {
+		h[n-1].at = now // one entry per run of equal recommendations
+	} else {
+		h = append(h, recommendation{now, want})
+	}
+	s.history[key] = h
+	if want >= current {
+		return want
+	}
+	highest := want
+	for _, r := range h {
+		highest = max(highest, r.replicas)
+	}
+	return min(current, highest, f.MaxReplicas)
+}
+
+// forget drops a fleet's history (its plane is gone).
+func (s *scaler) forget(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.history, key)
+}
