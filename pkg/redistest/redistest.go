@@ -40,6 +40,8 @@ const startTimeout = 10 * time.Second
 type Server struct {
 	t    testing.TB
 	Addr string
+	// Password is the one "--requirepass" set (clients of Client use it).
+	Password string
 	port int
 	dir  string
 	args []string
@@ -58,6 +60,11 @@ func Start(t testing.TB, extra ...string) *Server {
 		t.Fatalf("redis-server is not installed: `make test` installs it (apt-get install redis-server): %v", err)
 	}
 	s := &Server{t: t, dir: t.TempDir()}
+	for i, a := range extra {
+		if a == "--requirepass" && i+1 < len(extra) {
+			s.Password = extra[i+1]
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		s.port = freePort(t)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
@@ -92,7 +99,7 @@ func (s *Server) startBin(bin string) error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.Password, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -166,7 +173,7 @@ func (s *Server) Restart() {
 // commands honour their contexts' deadlines (ContextTimeoutEnabled), as the
 // enforcer's client must.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.Password, ContextTimeoutEnabled: true})
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -1,0 +1,371 @@
+// Package e2e runs the whole chain on one machine: a real API server
+// (envtest's kube-apiserver and etcd), the real manager binary, a real Redis
+// with a password, and two real enforcer processes, driven over HTTP and
+// the Kubernetes API. hack/kind-e2e.sh runs the same checks on a kind
+// cluster where a container engine exists.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
+	"github.com/quotaplane/quotaplane/pkg/store"
+	"github.com/quotaplane/quotaplane/pkg/testenv"
+)
+
+const (
+	ns       = "e2e"
+	plane    = ns + "/main" // the QuotaPlane of config/samples
+	password = "e2e-redis-password-must-not-be-logged"
+	// edits is how many limit edits the propagation measurement makes.
+	edits = 100
+)
+
+func TestEndToEnd(t *testing.T) {
+	bins := build(t, "manager", "enforcer")
+	env := testenv.Start(t)
+	r := redistest.Start(t, "--requirepass", password)
+	ctx := context.Background()
+
+	// The manager, as an operator runs it: its own kubeconfig, leader
+	// election on, the Redis password from the environment.
+	admin, err := env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	redisEnv := "QUOTAPLANE_REDIS_PASSWORD=" + password
+	manager := start(t, bins["manager"], []string{redisEnv},
+		"-kubeconfig", kubeconfigPath, "-redis-addr", r.Addr,
+		"-leader-elect", "-leader-election-namespace", "default",
+		"-metrics-bind-address", "0", "-health-probe-bind-address", "127.0.0.1:"+freePort(t),
+		"-fleet-interval", "200ms")
+
+	// Two enforcers following the plane in the policy store.
+	var enforcers []*enforcerProc
+	for i := range 2 {
+		e := &enforcerProc{id: "e2e-enforcer-" + strconv.Itoa(i), api: "127.0.0.1:" + freePort(t), admin: "127.0.0.1:" + freePort(t)}
+		e.proc = start(t, bins["enforcer"], []string{redisEnv},
+			"-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin)
+		enforcers = append(enforcers, e)
+	}
+
+	// Apply the samples.
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := policy.ReadDir(filepath.Join(testenv.Root(), "config", "samples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		obj := o.(client.Object)
+		obj.SetNamespace(ns)
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatalf("apply %T %s: %v", o, obj.GetName(), err)
+		}
+	}
+	want, _ := policy.Compile(objs)
+	s, err := store.New(r.Client(), plane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "both enforcers run the compiled samples", func() bool {
+		p, err := s.Current(ctx)
+		return err == nil && p.Hash() == want.Hash() && reportedAtLeast(ctx, t, s, p.Version()) == 2
+	})
+	for _, e := range enforcers {
+		eventually(t, 10*time.Second, e.id+" is ready", func() bool { return e.get(t, "/readyz") == http.StatusOK })
+	}
+
+	// 200s, and 429s that name the limit that fired, on both enforcers.
+	for _, e := range enforcers {
+		// free-trial is a free tenant: 50/s with a burst of 100.
+		expect(t, e.decide(t, "read", "free-trial", "", 100), http.StatusOK, "")
+		expect(t, e.decide(t, "read", "free-trial", "", 1), http.StatusTooManyRequests, "tenant")
+		// acme-partner is an api key of acme limited to 10/s, burst 20.
+		expect(t, e.decide(t, "read", "acme", "acme-partner", 20), http.StatusOK, "")
+		expect(t, e.decide(t, "read", "acme", "acme-partner", 1), http.StatusTooManyRequests, "key")
+		expect(t, e.decide(t, "read", "acme", "acme-batch", 1), http.StatusOK, "")
+		// An unknown tenant is free; free tenants write at most 50 tokens
+		// at once (10 writes of cost 5).
+		for range 10 {
+			expect(t, e.decide(t, "write", "e2e-writer", "", 1), http.StatusOK, "")
+		}
+		expect(t, e.decide(t, "write", "e2e-writer", "", 1), http.StatusTooManyRequests, "endpoint")
+	}
+
+	// Edit a limit with the API client, again and again, and time each
+	// edit until both enforcers report the version that holds it.
+	tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "globex"}}
+	var took []time.Duration
+	for i := range edits {
+		took = append(took, edit(t, env, s, tq, &v1alpha1.Limit{Rate: int64(600 + i), Burst: 1200}))
+	}
+	slices.Sort(took)
+	p50, p99 := took[len(took)/2], took[(len(took)*99+99)/100-1]
+	t.Logf("edit → both enforcers report the new version, %d edits: p50 %s, p99 %s, max %s (target p99 ≤ 1s)",
+		edits, p50.Round(time.Millisecond), p99.Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	if p99 > time.Second {
+		t.Errorf("p99 %s from an edit to both enforcers running it; the target is 1s", p99)
+	}
+
+	// The new limit is enforced: 5 tokens that do not refill this hour.
+	edit(t, env, s, tq, &v1alpha1.Limit{Rate: 1, Burst: 5, Period: &metav1.Duration{Duration: time.Hour}})
+	for _, e := range enforcers {
+		admitted := 0
+		for range 8 {
+			switch a := e.decide(t, "read", "globex", "", 1); {
+			case a.code == http.StatusOK:
+				admitted++
+			case a.code != http.StatusTooManyRequests || a.level != "tenant":
+				t.Fatalf("%s: globex got %d (level %q); want 200 or a tenant-level 429", e.id, a.code, a.level)
+			}
+		}
+		if admitted != 5 {
+			t.Errorf("%s admitted %d of 8 requests under the new 5-token limit", e.id, admitted)
+		}
+		if debug := e.body(t, "/quota/debug?tenant=globex"); !strings.Contains(debug, `"limit":"1 per 1h0m0s (burst 5)"`) {
+			t.Errorf("%s: /quota/debug does not show the new limit: %s", e.id, debug)
+		}
+	}
+
+	// The QuotaPlane's status counts the enforcers that run its version.
+	qp := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+	eventually(t, 10*time.Second, "the QuotaPlane shows 2 enforcers ready", func() bool {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(qp), qp); err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.Current(ctx)
+		return err == nil && qp.Status.PublishedVersion == p.Version() && qp.Status.EnforcersReady == 2
+	})
+
+	// No process ever printed the Redis password.
+	for _, proc := range append([]*process{manager}, enforcers[0].proc, enforcers[1].proc) {
+		if strings.Contains(proc.output(), password) {
+			t.Errorf("%s logged the Redis password", proc.name)
+		}
+	}
+}
+
+// reportedAtLeast counts the enforcers whose report names version or later.
+func reportedAtLeast(ctx context.Context, t *testing.T, s *store.Store, version int64) int {
+	reports, err := s.Enforcers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range reports {
+		if r.PolicyVersion >= version {
+			n++
+		}
+	}
+	return n
+}
+
+// edit sets a TenantQuota's limit with the API client (again on conflicts:
+// the manager writes its status meanwhile) and returns how long it took
+// until both enforcers reported the version after the one in force.
+func edit(t *testing.T, env *testenv.Env, s *store.Store, tq *v1alpha1.TenantQuota, limit *v1alpha1.Limit) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	before, err := s.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tq), tq); err != nil {
+			return err
+		}
+		tq.Spec.Limit = limit
+		return env.Client.Update(context.Background(), tq)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "both enforcers report the edit", func() bool {
+		return reportedAtLeast(ctx, t, s, before.Version()+1) == 2
+	})
+	return time.Since(start)
+}
+
+type enforcerProc struct {
+	id, api, admin string
+	proc           *process
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// decide asks for a decision.
+func (e *enforcerProc) decide(t *testing.T, endpoint, tenant, key string, units int) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+e.api+"/api/"+endpoint, nil)
+	req.Header.Set("X-Tenant", tenant)
+	if key == "" {
+		key = "e2e-key"
+	}
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("X-Quota-Units", strconv.Itoa(units))
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", e.id, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests && (resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit") == "") {
+		t.Errorf("%s: a 429 without Retry-After or RateLimit: %v", e.id, resp.Header)
+	}
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(resp.Body)
+	return answer{resp.StatusCode, resp.Header.Get("X-Quota-Level"), strings.TrimSpace(body.String())}
+}
+
+func (e *enforcerProc) get(t *testing.T, path string) int {
+	resp, err := httpClient.Get("http://" + e.admin + path)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (e *enforcerProc) body(t *testing.T, path string) string {
+	resp, err := httpClient.Get("http://" + e.admin + path)
+	if err != nil {
+		t.Fatalf("%s: %v", e.id, err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return b.String()
+}
+
+// answer is a decision as the client sees it.
+type answer struct {
+	code  int
+	level string // X-Quota-Level
+	body  string
+}
+
+func expect(t *testing.T, got answer, code int, level string) {
+	t.Helper()
+	if got.code != code || got.level != level {
+		t.Fatalf("got %d (level %q): %s; want %d (level %q)", got.code, got.level, got.body, code, level)
+	}
+}
+
+// build builds the named commands into a temporary directory.
+func build(t *testing.T, names ...string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	bins := map[string]string{}
+	for _, name := range names {
+		bins[name] = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", bins[name], "./cmd/"+name)
+		cmd.Dir = testenv.Root()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+		}
+	}
+	return bins
+}
+
+// process is a started binary whose output is kept, and shown when the
+// test fails.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+}
+
+func (p *process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// start runs bin with args and extra environment, stopped (SIGTERM, then
+// SIGKILL after 10 s) when the test ends.
+func start(t *testing.T, bin string, env []string, args ...string) *process {
+	t.Helper()
+	p := &process{name: filepath.Base(bin)}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", p.name, p.output())
+		}
+	})
+	return p
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// eventually polls cond every 5 ms until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
