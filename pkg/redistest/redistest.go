@@ -42,9 +42,9 @@ type Server struct {
 	Addr string
 	// Password is the one "--requirepass" set (clients of Client use it).
 	Password string
-	port int
-	dir  string
-	args []string
+	port     int
+	dir      string
+	args     []string
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
