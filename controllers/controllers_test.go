@@ -80,15 +80,11 @@ func TestManager(t *testing.T) {
 		create(t, env, samples(t, ns))
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
 		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
-		eventually(t, 20*time.Second, "the plane is published", func() bool {
-			get(t, env, tq)
-			return tq.Status.PolicyVersion > 0
-		})
-		eventually(t, 10*time.Second, "the whole plane is published", func() bool {
+		eventually(t, 20*time.Second, "the whole plane is published and the tenant names it", func() bool {
 			get(t, env, plane)
-			return plane.Status.PublishedHash == samplePolicy(t, ns).Hash()
+			get(t, env, tq)
+			return plane.Status.PublishedHash == samplePolicy(t, ns).Hash() && tq.Status.PolicyVersion == plane.Status.PublishedVersion
 		})
-		get(t, env, tq)
 		before := tq.Status.PolicyVersion
 		update(t, env, tq, func() { tq.Spec.Limit.Rate = 1234 })
 		eventually(t, 10*time.Second, "the tenant's status names the next version", func() bool {
@@ -272,6 +268,38 @@ func TestManager(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	// Last: it takes Redis away from the manager.
+	t.Run("a publish fails while Redis is away and lands when it is back", func(t *testing.T) {
+		ns := namespace(t, env, "outage")
+		create(t, env, samples(t, ns))
+		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
+		eventually(t, 20*time.Second, "the whole plane is published", func() bool {
+			get(t, env, tq)
+			p := current(t, r, ns+"/main")
+			return p != nil && p.Hash() == samplePolicy(t, ns).Hash() && tq.Status.PolicyVersion == p.Version()
+		})
+		r.Stop()
+		update(t, env, tq, func() { tq.Spec.Limit.Rate = 777 })
+		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+		eventually(t, 20*time.Second, "the objects say the publish failed", func() bool {
+			get(t, env, tq)
+			get(t, env, plane)
+			c, pc := ready(tq), ready(plane)
+			return c != nil && c.Reason == ReasonPublishFailed && pc != nil && pc.Reason == ReasonPublishFailed
+		})
+		r.Restart()
+		eventually(t, 20*time.Second, "the edit is published once Redis is back", func() bool {
+			get(t, env, tq)
+			p := current(t, r, ns+"/main")
+			if p == nil {
+				return false
+			}
+			tenant, _ := p.Tenant("whale-1")
+			c := ready(tq)
+			return tenant.Limit != nil && tenant.Limit.Rate == 777 && c != nil && c.Status == metav1.ConditionTrue && tq.Status.PolicyVersion == p.Version()
+		})
 	})
 }
 

@@ -10,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -34,6 +36,15 @@ type Options struct {
 	// Registerer takes the manager's metrics. Default the registry
 	// controller-runtime serves on its metrics endpoint.
 	Registerer prometheus.Registerer
+}
+
+// maxRetryDelay bounds the backoff of a failing reconcile (controller-runtime's
+// default grows to 16 minutes): a publish that failed while Redis was away is
+// retried within this long of its return.
+const maxRetryDelay = 10 * time.Second
+
+func retries() controller.Options {
+	return controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](10*time.Millisecond, maxRetryDelay)}
 }
 
 // NewScheme knows the built-in kinds and quotaplane.io/v1alpha1.
@@ -86,7 +97,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
 		return []ctrl.Request{planeRequest(o.GetNamespace())}
 	})
-	b := ctrl.NewControllerManagedBy(mgr).Named("plane-compiler")
+	b := ctrl.NewControllerManagedBy(mgr).Named("plane-compiler").WithOptions(retries())
 	for _, k := range kinds {
 		pokes[k.kind] = make(chan event.GenericEvent, 1024)
 		b = b.Watches(k.object(), byNamespace)
@@ -106,6 +117,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 		err := ctrl.NewControllerManagedBy(mgr).
 			Named(k.kind + "-status").
+			WithOptions(retries()).
 			For(k.object()).
 			WatchesRawSource(source.Channel(pokes[k.kind], &handler.EnqueueRequestForObject{})).
 			Complete(r)
