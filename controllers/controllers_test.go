@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -61,18 +60,7 @@ func TestManager(t *testing.T) {
 				t.Errorf("%T %s: status %+v; want policyVersion %d, observedGeneration %d", obj, obj.GetName(), st, got.Version(), obj.GetGeneration())
 			}
 		}
-		var evs eventsv1.EventList
-		eventually(t, 10*time.Second, "a Published event on the QuotaPlane", func() bool {
-			if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range evs.Items {
-				if e.Reason == "Published" && e.Regarding.Name == "main" && e.ReportingController == EventSource {
-					return true
-				}
-			}
-			return false
-		})
+		waitEvent(t, env, ns, corev1.EventTypeNormal, "Published", "main")
 	})
 
 	t.Run("an update publishes the next version", func(t *testing.T) {
@@ -80,12 +68,7 @@ func TestManager(t *testing.T) {
 		create(t, env, samples(t, ns))
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
 		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
-		eventually(t, 20*time.Second, "the whole plane is published and the tenant names it", func() bool {
-			get(t, env, plane)
-			get(t, env, tq)
-			return plane.Status.PublishedHash == samplePolicy(t, ns).Hash() && tq.Status.PolicyVersion == plane.Status.PublishedVersion
-		})
-		before := tq.Status.PolicyVersion
+		before := waitPublished(t, env, r, samplePolicy(t, ns), tq)
 		update(t, env, tq, func() { tq.Spec.Limit.Rate = 1234 })
 		eventually(t, 10*time.Second, "the tenant's status names the next version", func() bool {
 			get(t, env, tq)
@@ -111,11 +94,7 @@ func TestManager(t *testing.T) {
 		ns := namespace(t, env, "invalid")
 		create(t, env, samples(t, ns))
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
-		eventually(t, 20*time.Second, "the whole plane is published", func() bool {
-			get(t, env, plane)
-			return plane.Status.PublishedHash == samplePolicy(t, ns).Hash()
-		})
-		version := plane.Status.PublishedVersion
+		version := waitPublished(t, env, r, samplePolicy(t, ns), plane)
 		bad := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hooli"},
 			Spec: v1alpha1.TenantQuotaSpec{Tenant: "hooli", Tier: "platinum"}}
 		if err := env.Client.Create(ctx, bad); err != nil {
@@ -164,30 +143,14 @@ func TestManager(t *testing.T) {
 			c := ready(ep)
 			return c != nil && c.Status == metav1.ConditionTrue
 		})
-		var evs eventsv1.EventList
-		eventually(t, 10*time.Second, "a Rejected event on the invalid object", func() bool {
-			if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range evs.Items {
-				if e.Reason == "Rejected" && e.Regarding.Name == "hooli" && e.Type == corev1.EventTypeWarning {
-					return true
-				}
-			}
-			return false
-		})
+		waitEvent(t, env, ns, corev1.EventTypeWarning, "Rejected", "hooli")
 	})
 
 	t.Run("a deleted object leaves the next version", func(t *testing.T) {
 		ns := namespace(t, env, "delete")
 		create(t, env, samples(t, ns))
 		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "globex"}}
-		eventually(t, 20*time.Second, "the whole plane is published", func() bool {
-			get(t, env, tq)
-			p := current(t, r, ns+"/main")
-			return p != nil && p.Hash() == samplePolicy(t, ns).Hash() && tq.Status.PolicyVersion == p.Version()
-		})
-		version := tq.Status.PolicyVersion
+		version := waitPublished(t, env, r, samplePolicy(t, ns), tq)
 		if p := current(t, r, ns+"/main"); p == nil {
 			t.Fatal("nothing published")
 		} else if _, ok := p.Tenant("globex"); !ok {
@@ -225,11 +188,8 @@ func TestManager(t *testing.T) {
 		eventually(t, 20*time.Second, "no reports: the fleet is raised to minReplicas", func() bool {
 			return replicas() == 2
 		})
-		eventually(t, 10*time.Second, "the whole plane is published", func() bool {
-			get(t, env, plane)
-			return plane.Status.PublishedVersion == current(t, r, ns+"/main").Version()
-		})
-		version := plane.Status.PublishedVersion
+		want, _ := policy.Compile(objs)
+		version := waitPublished(t, env, r, want, plane)
 		s, err := store.New(r.Client(), ns+"/main")
 		if err != nil {
 			t.Fatal(err)
@@ -275,11 +235,7 @@ func TestManager(t *testing.T) {
 		ns := namespace(t, env, "outage")
 		create(t, env, samples(t, ns))
 		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
-		eventually(t, 20*time.Second, "the whole plane is published", func() bool {
-			get(t, env, tq)
-			p := current(t, r, ns+"/main")
-			return p != nil && p.Hash() == samplePolicy(t, ns).Hash() && tq.Status.PolicyVersion == p.Version()
-		})
+		waitPublished(t, env, r, samplePolicy(t, ns), tq)
 		r.Stop()
 		update(t, env, tq, func() { tq.Spec.Limit.Rate = 777 })
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}

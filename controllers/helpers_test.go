@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -159,4 +160,38 @@ func update(t *testing.T, env *testenv.Env, obj client.Object, change func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitPublished waits until Redis holds want for its plane and obj's status
+// names that version, and returns the version.
+func waitPublished(t *testing.T, env *testenv.Env, r *redistest.Server, want *policy.Policy, obj client.Object) int64 {
+	t.Helper()
+	var version int64
+	eventually(t, 20*time.Second, "the whole plane is published and "+obj.GetName()+" names it", func() bool {
+		get(t, env, obj)
+		p := current(t, r, want.ID())
+		if p == nil || p.Hash() != want.Hash() || statusOf(obj).PolicyVersion != p.Version() {
+			return false
+		}
+		version = p.Version()
+		return true
+	})
+	return version
+}
+
+// waitEvent waits for an Event of the manager about the object name in ns.
+func waitEvent(t *testing.T, env *testenv.Env, ns, eventType, reason, name string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "a "+reason+" event on "+name, func() bool {
+		var evs eventsv1.EventList
+		if err := env.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs.Items {
+			if e.Type == eventType && e.Reason == reason && e.Regarding.Name == name && e.ReportingController == EventSource {
+				return true
+			}
+		}
+		return false
+	})
 }
