@@ -74,10 +74,10 @@ func TestManager(t *testing.T) {
 			get(t, env, tq)
 			return tq.Status.PolicyVersion == before+1 && tq.Status.ObservedGeneration == tq.Generation
 		})
-		get(t, env, plane)
-		if plane.Status.PublishedVersion != before+1 {
-			t.Errorf("QuotaPlane status.publishedVersion %d, want %d", plane.Status.PublishedVersion, before+1)
-		}
+		eventually(t, 10*time.Second, "the QuotaPlane's status.publishedVersion is the next version", func() bool {
+			get(t, env, plane)
+			return plane.Status.PublishedVersion == before+1
+		})
 		p := current(t, r, ns+"/main")
 		if tenant, _ := p.Tenant("whale-1"); p.Version() != before+1 || tenant.Limit == nil || tenant.Limit.Rate != 1234 {
 			t.Fatalf("Redis holds version %d with whale-1 %+v; want version %d with rate 1234", p.Version(), tenant.Limit, before+1)

@@ -62,21 +62,25 @@ func (s *scaler) replicas(key string, now time.Time, current int32, rate float64
 	if s.history == nil {
 		s.history = map[string][]recommendation{}
 	}
-	h := slices.DeleteFunc(s.history[key], func(r recommendation) bool { return now.Sub(r.at) > s.delay })
-	if n := len(h); n > 0 && h[n-1].replicas == want {
-		h[n-1].at = now // one entry per run of equal recommendations
-	} else {
-		h = append(h, recommendation{now, want})
+	h, seen := s.history[key]
+	if !seen {
+		// First sight (a restart, a new leader): the current count counts
+		// as recommended now, so the delay holds from here.
+		h = []recommendation{{now, current}}
 	}
+	// h is a sliding-window maximum: recommendations newer than the delay,
+	// each higher than every later one, so h[0] is the highest of the
+	// window and the length is bounded by the distinct counts.
+	h = slices.DeleteFunc(h, func(r recommendation) bool { return now.Sub(r.at) > s.delay })
+	for len(h) > 0 && h[len(h)-1].replicas <= want {
+		h = h[:len(h)-1]
+	}
+	h = append(h, recommendation{now, want})
 	s.history[key] = h
 	if want >= current {
 		return want
 	}
-	highest := want
-	for _, r := range h {
-		highest = max(highest, r.replicas)
-	}
-	return min(current, highest, f.MaxReplicas)
+	return min(current, h[0].replicas, f.MaxReplicas)
 }
 
 // forget drops a fleet's history (its plane is gone).

@@ -185,25 +185,40 @@ func TestScalerHistoryBounded(t *testing.T) {
 		}
 	})
 
-	t.Run("recommendations older than the delay are dropped", func(t *testing.T) {
-		const (
-			delay    = time.Second
-			interval = 100 * time.Millisecond
-		)
-		s := &scaler{delay: delay}
-		// Alternating recommendations (12 and 5) never merge; only the
-		// delay's worth of them may stay.
+	t.Run("alternating recommendations keep only the window's maximum", func(t *testing.T) {
+		s := &scaler{delay: time.Hour}
+		// Alternating recommendations (12 and 5) within one delay: only
+		// the highest and the latest matter, so at most 2 stay.
 		for i := range calls {
 			rate := 12000.0
 			if i%2 == 1 {
 				rate = 5000
 			}
-			s.replicas("ns", start.Add(time.Duration(i)*interval), 12, rate, true, fleet)
+			if got := s.replicas("ns", start.Add(time.Duration(i)*time.Millisecond), 12, rate, true, fleet); got != 12 {
+				t.Fatalf("call %d: %d replicas; a 12 within the delay holds the fleet at 12", i, got)
+			}
 		}
-		if n, most := len(s.history["ns"]), int(delay/interval)+1; n > most {
-			t.Errorf("history holds %d recommendations; at one call per %s, a %s delay keeps at most %d", n, interval, delay, most)
+		if n := len(s.history["ns"]); n > 2 {
+			t.Errorf("history holds %d recommendations after %d alternating ones; want at most 2", n, calls)
 		}
 	})
+}
+
+// TestScalerFirstSightHolds: a scaler that has never seen a fleet (after a
+// restart or a leader change) does not shrink it at once.
+func TestScalerFirstSightHolds(t *testing.T) {
+	fleet := policy.Enforcer{MinReplicas: 1, MaxReplicas: 20, TargetRatePerReplica: 1000}
+	s := &scaler{delay: time.Minute}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got := s.replicas("ns", start, 10, 2000, true, fleet); got != 10 {
+		t.Fatalf("first sight of 10 replicas at 2,000/s: %d replicas; want 10 held for the delay", got)
+	}
+	if got := s.replicas("ns", start.Add(59*time.Second), 10, 2000, true, fleet); got != 10 {
+		t.Fatalf("before the delay: %d replicas, want 10", got)
+	}
+	if got := s.replicas("ns", start.Add(61*time.Second), 10, 2000, true, fleet); got != 2 {
+		t.Fatalf("after the delay: %d replicas, want 2", got)
+	}
 }
 
 func TestScalerForget(t *testing.T) {

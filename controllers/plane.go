@@ -55,7 +55,7 @@ func (r *planeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	st := *qp.Status.DeepCopy()
 	st.QuotaStatus = base
 	var scaleErr error
-	if v.planeName == qp.Name && v.version > 0 {
+	if v.publishedPlane == qp.Name && v.version > 0 {
 		st.PublishedVersion, st.PublishedHash = v.version, v.hash
 		rate, reporting := r.readReports(ctx, &qp, v.version, &st)
 		if v.fleet.DeploymentName != "" {

@@ -37,10 +37,14 @@ type verdict struct {
 	publishErr string
 
 	// version and hash are the published policy's (0 and "" when none is
-	// known yet); fleet is its enforcer scaling spec.
-	version int64
-	hash    string
-	fleet   policy.Enforcer
+	// known yet), publishedPlane the QuotaPlane it was compiled from (after
+	// a rename that does not compile, planeName is the new one while the
+	// version in force is still the old one's); fleet is its enforcer
+	// scaling spec.
+	version        int64
+	hash           string
+	publishedPlane string
+	fleet          policy.Enforcer
 }
 
 // compilePlane compiles the objects of one namespace and publishes the
@@ -51,7 +55,7 @@ type verdict struct {
 func compilePlane(ctx context.Context, ns string, objs []runtime.Object, previous *verdict, publisher func(plane string) (*store.Store, error)) (v *verdict, published bool, err error) {
 	v = &verdict{namespace: ns, objects: make(map[objectKey]compiled, len(objs))}
 	if previous != nil {
-		v.version, v.hash, v.fleet = previous.version, previous.hash, previous.fleet
+		v.version, v.hash, v.publishedPlane, v.fleet = previous.version, previous.hash, previous.publishedPlane, previous.fleet
 	}
 	var planes []string
 	for _, o := range objs {
@@ -95,7 +99,7 @@ func compilePlane(ctx context.Context, ns string, objs []runtime.Object, previou
 		var version int64
 		version, published, err = s.Publish(ctx, p)
 		if err == nil {
-			v.version, v.hash, v.fleet = version, p.Hash(), p.Spec().Enforcer
+			v.version, v.hash, v.publishedPlane, v.fleet = version, p.Hash(), p.Plane(), p.Spec().Enforcer
 			return v, published, nil
 		}
 	}
