@@ -50,8 +50,10 @@ func startManager(t *testing.T, env *testenv.Env, r *redistest.Server, leader bo
 		opts.LeaderElectionID = "quotaplane-test"
 		opts.LeaderElectionNamespace = "default"
 		opts.LeaderElectionReleaseOnCancel = true
-		opts.LeaseDuration = ptr.To(2 * time.Second)
-		opts.RenewDeadline = ptr.To(time.Second)
+		// Short, but with room for a renewal to be late on a loaded
+		// 2-core machine running the race detector.
+		opts.LeaseDuration = ptr.To(testLease)
+		opts.RenewDeadline = ptr.To(testLease * 3 / 4)
 		opts.RetryPeriod = ptr.To(100 * time.Millisecond)
 	}
 	mgr, err := ctrl.NewManager(env.Config, opts)

@@ -17,7 +17,7 @@ import (
 )
 
 // testLease is the lease duration startManager gives a leader-elected manager.
-const testLease = 2 * time.Second
+const testLease = 3 * time.Second
 
 // TestLeaderElection runs two managers against one API server and one Redis:
 // only the elected one publishes, and when it stops the other takes over and
