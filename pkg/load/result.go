@@ -1,0 +1,171 @@
+package load
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Result is what a run measured.
+type Result struct {
+	Profile string  `json:"profile"`
+	Wall    float64 `json:"wallSeconds"`
+	// OfferedPerSec is the rate decisions were actually made at over the
+	// wall time (in virtual time, how fast the engine replayed the run).
+	DecisionsPerWallSec float64                `json:"decisionsPerWallSecond"`
+	Measured            float64                `json:"measuredSeconds"` // after the warmup
+	Totals              TenantCount            `json:"totals"`          // after the warmup
+	Tiers               map[string]TenantCount `json:"tiers"`           // after the warmup
+	Tenants             []TenantResult         `json:"-"`               // in tenants.csv
+	Seconds             []SecondResult         `json:"-"`               // in seconds.csv
+	Latency             Quantiles              `json:"latency"`
+	VictimLatency       Quantiles              `json:"victimLatency"`
+	Lag                 Quantiles              `json:"generatorLag"`
+	OracleChecked       int64                  `json:"oracleChecked,omitempty"`
+	OracleMismatches    int64                  `json:"oracleMismatches,omitempty"`
+	Errors              int64                  `json:"errors"`
+}
+
+// Quantiles of a latency distribution, in microseconds.
+type Quantiles struct {
+	P50  float64 `json:"p50us"`
+	P99  float64 `json:"p99us"`
+	P999 float64 `json:"p999us"`
+}
+
+func quantiles(h *Histogram) Quantiles {
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	return Quantiles{us(h.Quantile(0.5)), us(h.Quantile(0.99)), us(h.Quantile(0.999))}
+}
+
+// TenantResult is one tenant's counts after the warmup.
+type TenantResult struct {
+	Tenant
+	TenantCount
+}
+
+// SecondResult is one second of the time series.
+type SecondResult struct {
+	Second
+	T                              int
+	P50, P99, VictimP50, VictimP99 time.Duration
+	LagP99                         time.Duration
+}
+
+func newResult(b *Built, o *Options, c *counts, wall time.Duration) *Result {
+	r := &Result{Profile: b.Summary(), Wall: wall.Seconds(), Tiers: map[string]TenantCount{},
+		Measured: b.Duration.Seconds() - o.Warmup.Seconds()}
+	for i, tc := range c.tenants {
+		r.Tenants = append(r.Tenants, TenantResult{b.Tenants[i], tc})
+		tier := r.Tiers[b.Tenants[i].Tier]
+		add(&tier, &tc)
+		r.Tiers[b.Tenants[i].Tier] = tier
+		add(&r.Totals, &tc)
+	}
+	var all, victims, lag Histogram
+	var decisions int64
+	for i, s := range c.seconds {
+		all.Merge(&s.Latency)
+		victims.Merge(&s.VictimLatency)
+		lag.Merge(&s.Lag)
+		decisions += s.Offered + s.Errors
+		r.OracleChecked += s.OracleChecked
+		r.OracleMismatches += s.OracleMismatches
+		r.Errors += s.Errors
+		r.Seconds = append(r.Seconds, SecondResult{Second: s, T: i,
+			P50: s.Latency.Quantile(0.5), P99: s.Latency.Quantile(0.99),
+			VictimP50: s.VictimLatency.Quantile(0.5), VictimP99: s.VictimLatency.Quantile(0.99),
+			LagP99: s.Lag.Quantile(0.99)})
+	}
+	r.Latency, r.VictimLatency, r.Lag = quantiles(&all), quantiles(&victims), quantiles(&lag)
+	r.DecisionsPerWallSec = float64(decisions) / wall.Seconds()
+	return r
+}
+
+func add(t, u *TenantCount) {
+	t.Offered += u.Offered
+	t.Admitted += u.Admitted
+	t.Borrowed += u.Borrowed
+	for l := range t.Denied {
+		t.Denied[l] += u.Denied[l]
+	}
+}
+
+// Write stores the result in dir: summary.json, tenants.csv (every tenant)
+// and seconds.csv (the time series).
+func (r *Result) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	summary, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(summary, '\n'), 0o644); err != nil {
+		return err
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+	i := func(x int64) string { return strconv.FormatInt(x, 10) }
+	us := func(d time.Duration) string { return f(float64(d) / 1e3) }
+	per := r.Measured
+	if err := writeCSV(filepath.Join(dir, "tenants.csv"),
+		[]string{"tenant", "tier", "rank", "profile_rate", "offered_per_s", "admitted_per_s", "denied_global", "denied_tenant", "denied_endpoint", "denied_key", "borrowed"},
+		len(r.Tenants), func(k int) []string {
+			t := r.Tenants[k]
+			return []string{t.Name, t.Tier, strconv.Itoa(t.Rank), f(t.Rate), f(float64(t.Offered) / per), f(float64(t.Admitted) / per),
+				i(t.Denied[0]), i(t.Denied[1]), i(t.Denied[2]), i(t.Denied[3]), i(t.Borrowed)}
+		}); err != nil {
+		return err
+	}
+	return writeCSV(filepath.Join(dir, "seconds.csv"),
+		[]string{"t", "offered", "admitted", "victim_offered", "victim_admitted", "victim_denied_global", "attacker_offered", "attacker_admitted", "borrowed",
+			"p50_us", "p99_us", "victim_p50_us", "victim_p99_us", "lag_p99_us", "oracle_checked", "oracle_mismatches", "errors"},
+		len(r.Seconds), func(k int) []string {
+			s := r.Seconds[k]
+			return []string{strconv.Itoa(s.T), i(s.Offered), i(s.Admitted), i(s.VictimOffered), i(s.VictimAdmitted), i(s.VictimDeniedGlobal),
+				i(s.AttackerOffered), i(s.AttackerAdmitted), i(s.Borrowed), us(s.P50), us(s.P99), us(s.VictimP50), us(s.VictimP99), us(s.LagP99),
+				i(s.OracleChecked), i(s.OracleMismatches), i(s.Errors)}
+		})
+}
+
+func writeCSV(path string, header []string, n int, row func(int) []string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(header)
+	for k := range n {
+		_ = w.Write(row(k))
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// Print writes a short human summary.
+func (r *Result) Print(w io.Writer) {
+	fmt.Fprintf(w, "profile: %s\n", r.Profile)
+	fmt.Fprintf(w, "decided %d requests in %.1fs of wall time (%.0f/s); errors %d\n", r.Totals.Offered, r.Wall, r.DecisionsPerWallSec, r.Errors)
+	rate := func(n int64) float64 { return float64(n) / r.Measured }
+	fmt.Fprintf(w, "after the warmup: offered %.0f/s, admitted %.0f/s; denied/s global %.0f, tenant %.0f, endpoint %.0f, key %.0f\n",
+		rate(r.Totals.Offered), rate(r.Totals.Admitted), rate(r.Totals.Denied[0]), rate(r.Totals.Denied[1]), rate(r.Totals.Denied[2]), rate(r.Totals.Denied[3]))
+	for _, tier := range Tiers {
+		t := r.Tiers[tier]
+		fmt.Fprintf(w, "  %-10s offered %9.0f/s admitted %9.0f/s\n", tier, rate(t.Offered), rate(t.Admitted))
+	}
+	fmt.Fprintf(w, "latency p50 %.1fµs p99 %.1fµs; victims p50 %.1fµs p99 %.1fµs; generator lag p99 %.1fµs\n",
+		r.Latency.P50, r.Latency.P99, r.VictimLatency.P50, r.VictimLatency.P99, r.Lag.P99)
+	if r.OracleChecked > 0 {
+		fmt.Fprintf(w, "oracle: %d decisions checked, %d disagreements (%.4f%% agree)\n", r.OracleChecked, r.OracleMismatches,
+			100*float64(r.OracleChecked-r.OracleMismatches)/float64(r.OracleChecked))
+	}
+}
