@@ -99,6 +99,7 @@ func run() error {
 		warmup      = flag.Duration("warmup", 0, "left out of the per-tenant counts")
 		out         = flag.String("out", "", "directory for summary.json, tenants.csv, seconds.csv and the plots")
 		quiet       = flag.Bool("quiet", false, "no progress line")
+		oracle      = flag.Bool("oracle", false, "check every decision against load.BucketOracle, an independent model (-virtual, mode local, fairness none, no burst pool)")
 		o           policy.Overrides
 		reconcileMs = flag.Int64("reconcile-ms", 0, "override the plane's reconcile interval, ms")
 	)
@@ -133,6 +134,7 @@ func run() error {
 	defer stop()
 
 	var t load.Target
+	var orc *load.BucketOracle
 	switch *target {
 	case "null":
 		t = load.Null{}
@@ -150,6 +152,11 @@ func run() error {
 		}
 		if pol, err = pol.Override(o); err != nil {
 			return err
+		}
+		if *oracle {
+			if orc, err = load.NewBucketOracle(pol); err != nil {
+				return err
+			}
 		}
 		var rdb redis.UniversalClient
 		if *redisAddr != "" {
@@ -174,11 +181,19 @@ func run() error {
 	if !*quiet {
 		opts.Progress = os.Stderr
 	}
+	if orc != nil {
+		opts.Oracle = orc
+	} else if *oracle {
+		return errors.New("-oracle needs -target inproc")
+	}
 	res, err := load.Run(ctx, b, t, opts)
 	if err != nil {
 		return err
 	}
 	res.Print(os.Stdout)
+	if orc != nil {
+		fmt.Println(orc)
+	}
 	if *out != "" {
 		if err := res.Write(*out); err != nil {
 			return err
