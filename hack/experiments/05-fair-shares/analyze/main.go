@@ -30,6 +30,11 @@ func main() {
 	}
 }
 
+type namedReport struct {
+	name string
+	rep  *load.FairnessReport
+}
+
 func run() error {
 	var (
 		policyDir = flag.String("policy", "", "the plane's directory")
@@ -38,6 +43,7 @@ func run() error {
 		tailRank  = flag.Int("tail-rank", 101, "the long tail starts at this rank")
 		plotPath  = flag.String("plot", "", "PNG of admitted/share by rank")
 		worstN    = flag.Int("worst", 5, "list this many worst tenants per run")
+		tiersOnly = flag.Bool("tiers-only", false, "print only the tiers' table")
 		yMax      = flag.Float64("ymax", 0, "clip the plot's admitted/share at this value (0: no clipping)")
 	)
 	flag.Parse()
@@ -47,10 +53,6 @@ func run() error {
 	p, err := policy.LoadDir(*policyDir)
 	if err != nil {
 		return err
-	}
-	type namedReport struct {
-		name string
-		rep  *load.FairnessReport
 	}
 	var reports []namedReport
 	for _, arg := range flag.Args() {
@@ -70,6 +72,10 @@ func run() error {
 	}
 
 	pct := func(x float64) string { return fmt.Sprintf("%+.2f%%", 100*x) }
+	if *tiersOnly {
+		printTiers(reports, *cost)
+		return nil
+	}
 	fmt.Printf("Tenants with a share ≥ %g tokens/s; deviation = (admitted − share) / share.\n\n", *minShare)
 	fmt.Println("| run | tenants counted | within ±5% | worst | worst tenant (tier, share → admitted tokens/s) | p50 abs dev | p90 | p99 |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
@@ -86,33 +92,7 @@ func run() error {
 		fmt.Printf("| %s | %d | %.0f | %.0f | %.0f | %.4f | %.0f | %.0f | %.0f |\n", r.name, x.TailTenants, x.TailOffered, x.TailSharePerSec,
 			x.TailAdmitted, x.TailAdmitted/x.TailSharePerSec, x.TotalOffered, x.TotalSharePerS, x.TotalAdmitted)
 	}
-	fmt.Println("\nTiers, tokens/s (offered and share from the reference; admitted measured):")
-	fmt.Println()
-	fmt.Println("| run | tier | floor | claim (min(demand, limit)) | fair share | admitted | admitted / share | tenants held to the level | level (share per weight) | their admitted per weight, median |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
-	for _, r := range reports {
-		admitted := map[string]float64{}
-		level := map[string]float64{}
-		var perWeight = map[string][]float64{}
-		for _, t := range r.rep.Tenants {
-			admitted[t.FairShare.Tier] += t.AdmittedTokensPerSec
-			// A tenant whose share is below its claim is held to its
-			// tier's water level: share = level × weight.
-			if t.Weight > 0 && t.SharePerSec < t.CapPerSec*(1-1e-9) {
-				level[t.FairShare.Tier] = t.SharePerSec / float64(t.Weight)
-				perWeight[t.FairShare.Tier] = append(perWeight[t.FairShare.Tier], t.AdmittedTokensPerSec/float64(t.Weight))
-			}
-		}
-		for _, tr := range r.rep.Tiers {
-			lv, med := "none (whole claim fits)", "-"
-			if x, ok := level[tr.Name]; ok {
-				lv = fmt.Sprintf("%.3f", x)
-				med = fmt.Sprintf("%.3f", median(perWeight[tr.Name]))
-			}
-			fmt.Printf("| %s | %s | %.0f | %.0f | %.0f | %.0f | %.4f | %d | %s | %s |\n", r.name, tr.Name, tr.FloorPerSec, tr.DemandPerSec, tr.SharePerSec,
-				admitted[tr.Name], admitted[tr.Name]/tr.SharePerSec, len(perWeight[tr.Name]), lv, med)
-		}
-	}
+	printTiers(reports, *cost)
 	for _, r := range reports {
 		fmt.Printf("\nWorst %d of %s:\n\n| rank | tenant | tier | weight | offered | claim | share | admitted | deviation |\n|---|---|---|---|---|---|---|---|---|\n", *worstN, r.name)
 		var counted []load.ShareDeviation
@@ -166,4 +146,39 @@ func median(xs []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// printTiers prints each run's tiers: offered, floor, claim, fair share and
+// admitted, tokens/s, and the tier's water level against what its held
+// tenants got.
+func printTiers(reports []namedReport, cost float64) {
+	fmt.Println("Tiers, tokens/s (offered and share from the reference; admitted measured):")
+	fmt.Println()
+	fmt.Println("| run | tier | offered | floor | claim (min(demand, limit)) | fair share | admitted | admitted / offered | admitted / share | tenants held to the level | level (share per weight) | their admitted per weight, median |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range reports {
+		admitted, offered := map[string]float64{}, map[string]float64{}
+		level := map[string]float64{}
+		var perWeight = map[string][]float64{}
+		for _, t := range r.rep.Tenants {
+			admitted[t.FairShare.Tier] += t.AdmittedTokensPerSec
+			offered[t.FairShare.Tier] += t.OfferedPerSec * cost
+			// A tenant whose share is below its claim is held to its
+			// tier's water level: share = level × weight.
+			if t.Weight > 0 && t.SharePerSec < t.CapPerSec*(1-1e-9) {
+				level[t.FairShare.Tier] = t.SharePerSec / float64(t.Weight)
+				perWeight[t.FairShare.Tier] = append(perWeight[t.FairShare.Tier], t.AdmittedTokensPerSec/float64(t.Weight))
+			}
+		}
+		for _, tr := range r.rep.Tiers {
+			lv, med := "none (whole claim fits)", "-"
+			if x, ok := level[tr.Name]; ok {
+				lv = fmt.Sprintf("%.3f", x)
+				med = fmt.Sprintf("%.3f", median(perWeight[tr.Name]))
+			}
+			fmt.Printf("| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.4f | %.4f | %d | %s | %s |\n", r.name, tr.Name, offered[tr.Name], tr.FloorPerSec,
+				tr.DemandPerSec, tr.SharePerSec, admitted[tr.Name], admitted[tr.Name]/offered[tr.Name], admitted[tr.Name]/tr.SharePerSec,
+				len(perWeight[tr.Name]), lv, med)
+		}
+	}
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Experiment 6 (seed 002 §10.6): tier protection under total overload.
+# 30,000 reads/s (cost 1) are offered against a global limit of 20,000
+# tokens/s: 150% of capacity, across all three tiers (plane/: weights 8/4/1,
+# floors 40/25/5%). Virtual time: exact, deterministic, no bench lock. Two
+# profiles, each with fairness maxmin and, for contrast, none:
+#   zipf      seed 002's: 5,000 tenants, Zipf s = 1.2, 50/950/4,000 tiers,
+#             the 20 whales enterprise
+#   balanced  5,000 tenants of equal rate (6 req/s each), 2,000 enterprise,
+#             1,500 standard, 1,500 free: every tier offers more than its
+#             floor, enterprise 60% of the capacity
+# 60 s each, the first 20 s left out. The tier table comes from
+# ../05-fair-shares/analyze: offered and admitted measured, floor and fair
+# share from pkg/load's reference (FairShares).
+#
+# Diagnostic: both profiles with maxmin again on plane-read-only/, the same
+# plane with only the read endpoint (costliest request 1 token, not 50),
+# with the per-tenant analysis: the engine floors a tenant's fair-share
+# bucket at the costliest request, and these runs show what that does.
+#
+#   RESULTS=/tmp/quotaplane-experiments/06-tier-protection   raw output
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+
+RESULTS="${RESULTS:-/tmp/quotaplane-experiments/06-tier-protection}"
+PLANE=hack/experiments/06-tier-protection/plane
+
+mkdir -p "$RESULTS"
+go run ./cmd/enforcer check "$PLANE"
+go build -o "$RESULTS/load" ./cmd/load
+go build -o "$RESULTS/analyze" ./hack/experiments/05-fair-shares/analyze
+
+run() { # name fairness profile-flags...
+	local name=$1 fairness=$2
+	shift 2
+	"$RESULTS/load" -policy "${RUN_PLANE:-$PLANE}" -virtual -seed 1 -rate 30000 -mix read=1 -fairness "$fairness" \
+		-duration 60s -warmup 20s -quiet -out "$RESULTS/$name" "$@" >"$RESULTS/$name.txt"
+	echo "== $name: $RESULTS/$name" && cat "$RESULTS/$name.txt"
+}
+balanced=(-zipf 0 -enterprise 2000 -standard 1500)
+run zipf-maxmin maxmin
+run zipf-none none
+run balanced-maxmin maxmin "${balanced[@]}"
+run balanced-none none "${balanced[@]}"
+
+echo
+"$RESULTS/analyze" -policy "$PLANE" -tiers-only \
+	zipf-maxmin="$RESULTS/zipf-maxmin" zipf-none="$RESULTS/zipf-none" \
+	balanced-maxmin="$RESULTS/balanced-maxmin" balanced-none="$RESULTS/balanced-none"
+
+echo
+echo "== diagnostic: plane-read-only (costliest request 1 token)"
+RUN_PLANE=hack/experiments/06-tier-protection/plane-read-only
+go run ./cmd/enforcer check "$RUN_PLANE"
+RUN_PLANE=$RUN_PLANE run zipf-maxmin-read-only maxmin
+RUN_PLANE=$RUN_PLANE run balanced-maxmin-read-only maxmin "${balanced[@]}"
+"$RESULTS/analyze" -policy "$RUN_PLANE" -min-share 0.1 -worst 3 \
+	zipf-maxmin="$RESULTS/zipf-maxmin" zipf-maxmin-read-only="$RESULTS/zipf-maxmin-read-only" \
+	balanced-maxmin="$RESULTS/balanced-maxmin" balanced-maxmin-read-only="$RESULTS/balanced-maxmin-read-only"
