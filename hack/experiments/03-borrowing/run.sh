@@ -78,8 +78,8 @@ near() { awk -v m="$1" -v b="$2" 'BEGIN { d = m - b; if (d < 0) d = -d; print (d
 base2=$(awk -F, '$1 == "whale-2" { printf "%.1f", $4 }' "$RESULTS/soft/tenants.csv")
 m=$(steady "$RESULTS/soft/seconds.csv" 9 15 24)
 row "borrowed/s, 15–24 s (whale-1 at its ceiling)" "$m" "$REFILL (the ceiling's repayment) ±1%" "$(near "$m" $REFILL)"
-b2=$(awk -F, 'NR > 1 && ($1 == 25 || $1 == 26) { s += $9 } END { print s - 2 * '"$REFILL"' }' "$RESULTS/soft/seconds.csv")
-row "whale-2's borrowing in 25–26 s (all borrowing less whale-1's ≤ 2·$REFILL)" "≥ $b2" "< $CEILING: the dry pool stopped it, not its ceiling" "$((b2 < CEILING))"
+b2=$(awk -F, 'NR > 1 && ($1 == 25 || $1 == 26) { s += $9 } END { print s }' "$RESULTS/soft/seconds.csv")
+row "whale-2's borrowing in 25–26 s (all borrowing, less whale-1's ≤ 2·$REFILL)" "$((b2 - 2 * REFILL))–$b2" "< $CEILING: the dry pool stopped it, not its ceiling" "$((b2 < CEILING))"
 m=$(steady "$RESULTS/soft/seconds.csv" 9 30 49)
 row "borrowed/s, 30–49 s (the pool dry)" "$m" "$REFILL (the pool's refill) ±1%" "$(near "$m" $REFILL)"
 m=$(steady "$RESULTS/soft/seconds.csv" 8 15 24)
