@@ -126,10 +126,11 @@ func run() error {
 	flag.Int64Var(&o.GlobalPerSecond, "global-rps", 0, "override the plane's global rate")
 	flag.Parse()
 
+	p.Endpoints = nil // -mix replaces the profile's
 	for _, part := range strings.Split(*mix, ",") {
-		name, share, _ := strings.Cut(part, "=")
+		name, share, ok := strings.Cut(part, "=")
 		x, err := strconv.ParseFloat(share, 64)
-		if err != nil {
+		if !ok || err != nil || name == "" {
 			return fmt.Errorf("-mix %q: %w", *mix, err)
 		}
 		p.Endpoints = append(p.Endpoints, load.Endpoint{Name: name, Share: x})
