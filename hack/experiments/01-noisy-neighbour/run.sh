@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Experiment 1 (seed 002 §10.1): noisy neighbour, fairness off vs on, in
+# real time (latency matters). One in-process engine (mode local) on
+# plane/ (global 20,000 tokens/s). Seed 002's profile offers a steady
+# 10,000 reads/s (cost 1; half the global limit; whale-1's own share of it
+# is about 2,100/s); from 10 s to 20 s of a 30 s run whale-1 adds 300,000
+# req/s (seed 002's number). -fairness none, then maxmin, REPEATS times each,
+# every run under the bench lock. Victims are all tenants but whale-1.
+# analyze/ reads seconds.csv: victims' success (not denied at the global
+# level) and p99 before/during/after, the generator's reach and lag, and
+# whale-1's admitted rate against its reference fair share (pkg/load
+# FairShares) plus the burst pool's ceiling; it plots the first repeat of
+# each mode into docs/experiments/img/01-*.png.
+#
+#   RESULTS=/tmp/quotaplane-experiments/01-noisy-neighbour   raw output
+#   REPEATS=3
+#   ANALYZE_ONLY=1   skip the runs, analyze what RESULTS holds
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+
+RESULTS="${RESULTS:-/tmp/quotaplane-experiments/01-noisy-neighbour}"
+REPEATS="${REPEATS:-3}"
+PLANE=hack/experiments/01-noisy-neighbour/plane
+SPIKE=whale-1:300000:10s:20s
+
+mkdir -p "$RESULTS" docs/experiments/img
+go run ./cmd/enforcer check "$PLANE"
+go build -o "$RESULTS/load" ./cmd/load
+go build -o "$RESULTS/analyze" ./hack/experiments/01-noisy-neighbour/analyze
+
+declare -A dirs
+for i in $(seq 1 "$REPEATS"); do
+	for fairness in none maxmin; do
+		out="$RESULTS/$fairness-$i"
+		dirs[$fairness]="${dirs[$fairness]:+${dirs[$fairness]},}$out"
+		[[ -n "${ANALYZE_ONLY:-}" ]] && continue
+		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$PLANE" -fairness "$fairness" -seed 1 \
+			-rate 10000 -mix read=1 -duration 30s -warmup 2s -spike "$SPIKE" -quiet -out "$out" >"$out.txt"
+		echo "== $fairness, run $i: $out" && cat "$out.txt"
+	done
+done
+
+echo
+"$RESULTS/analyze" -policy "$PLANE" -from 10s -to 20s -spike whale-1:300000 -img docs/experiments/img/01- \
+	none="${dirs[none]}" maxmin="${dirs[maxmin]}"
