@@ -39,7 +39,20 @@ go run ./cmd/enforcer check "$EXP/plane"
 go run ./cmd/enforcer check "$EXP/plane-sharded"
 go build -o "$RESULTS/driver" ./hack/experiments/08-sustained/driver
 
-freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# freeport: a free loopback port whose cluster bus port (port + 10000) is
+# free too; Redis Cluster refuses ports above 55535.
+freeport() {
+	python3 -c '
+import random, socket
+while True:
+    p = random.randint(20000, 45000)
+    try:
+        for q in (p, p + 10000):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
+    except OSError:
+        continue
+    print(p); break'
+}
 ports=()
 cleanup() {
 	for p in "${ports[@]}"; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done

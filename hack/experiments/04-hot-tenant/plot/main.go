@@ -3,16 +3,17 @@
 // and prints its tables (medians of the runs) and draws the sweep: decisions
 // per second of wall time and decision p99 against the offered rate.
 //
-// Overage is computed as in experiment 2, on seconds.csv (every request is
-// a read of cost 1):
+// Overage is computed as in experiment 2, on tokens.csv, the admitted
+// tokens per second of wall time:
 //
-//	cold   = admitted over the whole run / (rate × duration + burst) − 1
-//	steady = admitted after the warmup / (rate × (duration − warmup)) − 1
+//	cold   = admitted over the whole run / (rate × wall time + burst) − 1
+//	steady = admitted in the seconds [warmup, duration) / (rate × (duration − warmup)) − 1
 package main
 
 import (
 	"bufio"
 	"encoding/csv"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -179,25 +180,37 @@ func do(results, img string, rate, burst float64, duration, warmup time.Duration
 	return nil
 }
 
+// overage reads a run's tokens.csv (admitted tokens per second of wall
+// time) and summary.json (its wall time).
 func overage(dir string, rate, burst float64, duration, warmup time.Duration) (cold, steady float64, err error) {
-	f, err := os.Open(filepath.Join(dir, "seconds.csv"))
+	f, err := os.Open(filepath.Join(dir, "tokens.csv"))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer f.Close()
 	rows, err := csv.NewReader(f).ReadAll()
 	if err != nil || len(rows) < 2 {
-		return 0, 0, fmt.Errorf("%s/seconds.csv: %v", dir, err)
+		return 0, 0, fmt.Errorf("%s/tokens.csv: %v", dir, err)
 	}
+	d, w := duration.Seconds(), warmup.Seconds()
 	var all, after float64
-	for _, row := range rows[1:] {
+	for _, row := range rows[1:] { // t, admitted_tokens, offered_tokens
 		t, _ := strconv.Atoi(row[0])
-		admitted, _ := strconv.ParseFloat(row[2], 64) // t, offered, admitted, …
+		admitted, _ := strconv.ParseFloat(row[1], 64)
 		all += admitted
-		if float64(t) >= warmup.Seconds() {
+		if float64(t) >= w && float64(t) < d {
 			after += admitted
 		}
 	}
-	d, w := duration.Seconds(), warmup.Seconds()
-	return all/(rate*d+burst) - 1, after/(rate*(d-w)) - 1, nil
+	raw, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		return 0, 0, err
+	}
+	var sum struct {
+		Wall float64 `json:"wallSeconds"`
+	}
+	if err := json.Unmarshal(raw, &sum); err != nil {
+		return 0, 0, fmt.Errorf("%s/summary.json: %w", dir, err)
+	}
+	return all/(rate*sum.Wall+burst) - 1, after/(rate*(d-w)) - 1, nil
 }
