@@ -14,15 +14,11 @@
 //
 //	RESULT offered_per_s=… decided_per_wall_s=… admitted_per_s=… admitted_tokens_per_s=… p50_us=… p99_us=… lag_p99_us=… errors=…
 //
-// With -plots PREFIX it draws PREFIX-rates.png, PREFIX-overage.png and
-// PREFIX-latency.png: admitted requests and tokens per second, the overage
-// of each second's admitted tokens against -plot-limit, and the decision p99
-// with the generator's lag p99 per second.
+// hack/experiments/08-sustained/plot draws its time series.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -35,7 +31,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"gonum.org/v1/plot/plotter"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/load"
@@ -106,8 +101,6 @@ func run() error {
 		workers      = flag.Int("workers", 0, "generator goroutines (default GOMAXPROCS)")
 		warmup       = flag.Duration("warmup", 0, "left out of the per-tenant counts")
 		out          = flag.String("out", "", "directory for the results")
-		plots        = flag.String("plots", "", "path prefix of the time-series PNGs")
-		plotLimit    = flag.Float64("plot-limit", 0, "the global limit in tokens/s, for the overage plot")
 		reconcileMs  = flag.Int64("reconcile-ms", 0, "override the plane's reconcile interval, ms")
 		quiet        = flag.Bool("quiet", false, "no progress line")
 		o            policy.Overrides
@@ -168,7 +161,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	seconds := int(b.Duration/time.Second) + 2 // room for a late tail
+	// Room for a generator that falls behind: a run may take longer than
+	// its schedule; any second past the slots is counted in the last.
+	seconds := 2*int(b.Duration/time.Second) + 60
 	target := newTokenCounter(fleet, seconds)
 	opts := load.Options{Workers: *workers, Warmup: *warmup}
 	if !*quiet {
@@ -186,11 +181,6 @@ func run() error {
 			return err
 		}
 		if err := writeTokens(filepath.Join(*out, "tokens.csv"), admitted, offered); err != nil {
-			return err
-		}
-	}
-	if *plots != "" {
-		if err := plotSeries(*plots, res, admitted, *plotLimit); err != nil {
 			return err
 		}
 	}
@@ -212,42 +202,4 @@ func writeTokens(path string, admitted, offered []int64) error {
 		fmt.Fprintf(&sb, "%d,%d,%d\n", s, admitted[s], offered[s])
 	}
 	return os.WriteFile(path, []byte(sb.String()), 0o644)
-}
-
-func plotSeries(prefix string, res *load.Result, tokens []int64, limit float64) error {
-	var admitted, admittedTokens, overage, p99, lag, limitLine plotter.XYs
-	for _, s := range res.Seconds {
-		t := float64(s.T)
-		admitted = append(admitted, plotter.XY{X: t, Y: float64(s.Admitted)})
-		p99 = append(p99, plotter.XY{X: t, Y: float64(s.P99) / 1e3})
-		lag = append(lag, plotter.XY{X: t, Y: float64(s.LagP99) / 1e3})
-	}
-	// The tokens are counted per wall-clock second; the last, partial
-	// seconds are left out.
-	for s := 0; s < len(res.Seconds) && s < len(tokens); s++ {
-		t := float64(s)
-		admittedTokens = append(admittedTokens, plotter.XY{X: t, Y: float64(tokens[s])})
-		if limit > 0 {
-			limitLine = append(limitLine, plotter.XY{X: t, Y: limit})
-			overage = append(overage, plotter.XY{X: t, Y: 100 * (float64(tokens[s])/limit - 1)})
-		}
-	}
-	series := []load.Series{{Name: "admitted requests/s", XY: admitted}, {Name: "admitted tokens/s", XY: admittedTokens}}
-	if limit > 0 {
-		series = append(series, load.Series{Name: "global limit (tokens/s)", XY: limitLine})
-	}
-	if err := load.LinePlot(prefix+"-rates.png", "admitted per second", "second", "per second", series...); err != nil {
-		return err
-	}
-	if limit > 0 {
-		if err := load.LinePlot(prefix+"-overage.png", "admitted tokens vs the global limit, per second", "second", "overage (%)",
-			load.Series{Name: "overage", XY: overage}); err != nil {
-			return err
-		}
-	}
-	if len(p99) == 0 {
-		return errors.New("no seconds to plot")
-	}
-	return load.LinePlot(prefix+"-latency.png", "decision p99 and generator lag p99, per second", "second", "µs",
-		load.Series{Name: "decision p99", XY: p99}, load.Series{Name: "generator lag p99", XY: lag})
 }
