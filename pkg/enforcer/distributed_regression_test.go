@@ -90,7 +90,10 @@ func TestCentralNoRefillKeysExpire(t *testing.T) {
 // pushed later, not dropped.
 func TestReconciledPushesAfterFailure(t *testing.T) {
 	srv := redistest.Start(t)
-	p := reconciledPlane(t, 1000, time.Hour) // reconciles only when the test says
+	// Reconciles only when the test says; refills 1 token a second, so that
+	// the level the test reads does not move while a loaded machine runs it.
+	p := compileYAML(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: 1h")+
+		"  global: {rate: 1, burst: 1000}\n  fairness: none\n  tiers: [{name: t, weight: 1}]\n")
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("n1"), WithRedisTimeout(200*time.Millisecond))
 	admit := func(n int64) {
 		if d := mustDecide(t, e, time.Now(), Request{Tenant: "a", Endpoint: "x", Units: n}); !d.Allow {

@@ -116,8 +116,10 @@ func WithFairnessInterval(d time.Duration) Option {
 	return func(e *Engine) { e.settings.tickInterval = d }
 }
 
-// WithDemandWindow sets the time constant of the moving average that
-// measures each tenant's demand (default 1s).
+// WithDemandWindow sets the shortest time constant of the moving average
+// that measures each tenant's demand (default 500ms): a busy tenant's. A
+// tenant's window is long enough to hold 64 of its arrivals, up to 16 s, so
+// that a trickle is not mistaken for silence (see measureDemand).
 func WithDemandWindow(d time.Duration) Option { return func(e *Engine) { e.settings.demandWindow = d } }
 
 // WithFairHeadroom sets a fraction of the global rate that fair shares leave
@@ -127,7 +129,8 @@ func WithDemandWindow(d time.Duration) Option { return func(e *Engine) { e.setti
 func WithFairHeadroom(f float64) Option { return func(e *Engine) { e.settings.headroom = f } }
 
 // WithShareBurst sets how much of its fair share a tenant may spend at once
-// under contention, as a duration of its share rate (default 500ms).
+// under contention, as a duration of its share rate (default 500ms), and at
+// least 8 of the plane's cheapest requests.
 func WithShareBurst(d time.Duration) Option { return func(e *Engine) { e.settings.shareBurst = d } }
 
 // WithClockResolution sets the coarse clock's resolution (default 1ms).
@@ -210,7 +213,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		maxKeysTotal:   200_000,
 		idleTTL:        time.Minute,
 		tickInterval:   100 * time.Millisecond,
-		demandWindow:   time.Second,
+		demandWindow:   500 * time.Millisecond,
 		headroom:       0,
 		shareBurst:     500 * time.Millisecond,
 		clockPrecision: time.Millisecond,
@@ -598,19 +601,21 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	}
 	if lower == LevelNone && mode == arrival {
 		ts.offered += cost
+		ts.arrivals++
 	}
 
 	// The tenant's fair share, when the plane is contended.
 	shareOK := true
-	var shareRate float64
+	var shareRate, shareCap float64
 	contended := snap.fairness != fairNone && e.fair.contended.Load() && e.fair.levelsSeq.Load() == snap.seq
 	paced := false // the share bucket is in force for this request
 	if contended && mode == arrival {
 		// A tier whose whole demand fits has an infinite level: no pacing.
 		if shareRate = e.fair.shareRate(ts); !math.IsInf(shareRate, 1) {
 			paced = true
-			ts.share.settle(now, shareRate, e.shareBurstTokens(shareRate, snap))
-			shareOK = ts.share.level >= float64(cost)
+			shareCap = e.shareBurstTokens(shareRate, snap)
+			ts.share.settle(now, shareRate, shareCap, e.fair.contendedSince.Load())
+			shareOK = ts.share.covers(float64(cost), shareCap)
 		}
 	}
 
@@ -711,7 +716,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 		if !shareOK {
 			// Shares are computed again every tick: no longer than that.
-			shareWait := min(ts.share.retryAfterUs(float64(cost), shareRate), e.settings.tickInterval.Microseconds())
+			shareWait := min(ts.share.retryAfterUs(float64(cost), shareCap, shareRate), e.settings.tickInterval.Microseconds())
 			globalRetry = max(globalRetry, shareWait)
 		}
 		d.RetryAfter = retryDuration(globalRetry)
@@ -811,6 +816,17 @@ func (pl *planeState) syncLocked(snap *snapshot, now int64) {
 	pl.snap = snap
 }
 
+// shareBurstTokens is the size of a paced tenant's share bucket: shareBurst
+// of its share, and at least shareMinRequests of the plane's cheapest
+// request. The floor is for small shares: a bucket that holds one request
+// of a tenant paced at a fraction of a token per second is full, and its
+// refill wasted, whenever two of its arrivals come close together (its
+// Poisson arrivals then get some 80% of its share). A floor counted in the
+// costliest request instead would let such a tenant run far over its share
+// for minutes whenever its bucket is full; requests costlier than the
+// bucket holds are paced by debt (shareBucket.covers).
 func (e *Engine) shareBurstTokens(rate float64, snap *snapshot) float64 {
-	return max(rate*e.settings.shareBurst.Seconds(), float64(snap.maxCost))
+	return max(rate*e.settings.shareBurst.Seconds(), shareMinRequests*float64(snap.minCost))
 }
+
+const shareMinRequests = 8

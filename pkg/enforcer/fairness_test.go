@@ -269,3 +269,77 @@ spec: {tenant: capped, limit: {rate: 100, burst: 100}}
 		t.Errorf("capped %.0f/s, open %.0f/s; want 100/s (its own limit) and 400/s (the rest of the global limit)", res.admitted[0], res.admitted[1])
 	}
 }
+
+// TestLongTailGetsItsTierShare: a tier of 2,000 tenants that each send a
+// request every second or so, against a whale in a heavier tier, at 1.7×
+// overload. Both tiers must admit their hierarchical fair share within 3%,
+// and the tail's paced tenants their level. Regression: demand averaged
+// over a fixed 1 s took such a tenant for idle most ticks and for a burst
+// after each arrival; the allocation then believed the tier's unpaced
+// tenants took less than they did, and the tier ran 30% over its share at
+// the whale's expense (experiment 5, docs/experiments.md). And a tenant's
+// share bucket, which holds at least 8 requests, must not start full: a
+// tenant whose share is 0.17 requests/s would spend the first minute of
+// contention over it.
+func TestLongTailGetsItsTierShare(t *testing.T) {
+	const globalRate = 3000
+	rng := rand.New(rand.NewPCG(5, 5))
+	tenants := []fairTenant{{name: "whale", tier: 0, weight: 8, offered: 3000}}
+	for i := range 2000 {
+		// Rates from 0.2 to 4 requests/s, log-uniform: a mean near 1.3/s.
+		rate := 0.2 * math.Pow(20, rng.Float64())
+		tenants = append(tenants, fairTenant{name: fmt.Sprintf("t%04d", i), tier: 2, weight: 1, offered: rate})
+	}
+	e := newEngine(t, compileYAML(t, scenarioPolicy(t, "maxmin", globalRate, scenarioTiers, tenants)))
+	res := runScenario(t, e, tenants, 11, 20*time.Second, 40*time.Second)
+	shares := hierarchicalFairShares(globalRate, scenarioTiers, tenants, res.offered)
+	var tailShare, tailAdmitted, tailOffered float64
+	var pacedShare, pacedAdmitted float64 // the tail's tenants held to the level
+	for i := 1; i < len(tenants); i++ {
+		tailShare, tailAdmitted, tailOffered = tailShare+shares[i], tailAdmitted+res.admitted[i], tailOffered+res.offered[i]
+		if res.offered[i] > 1.2*shares[i] {
+			pacedShare, pacedAdmitted = pacedShare+shares[i], pacedAdmitted+res.admitted[i]
+		}
+	}
+	t.Logf("whale: share %.0f/s, admitted %.0f/s; tail: offered %.0f/s, share %.0f/s, admitted %.0f/s, of which its paced tenants' share %.0f/s, admitted %.0f/s",
+		shares[0], res.admitted[0], tailOffered, tailShare, tailAdmitted, pacedShare, pacedAdmitted)
+	if dev := res.admitted[0]/shares[0] - 1; math.Abs(dev) > 0.03 {
+		t.Errorf("the whale admitted %.1f%% off its share; want within 3%%", 100*dev)
+	}
+	if dev := tailAdmitted/tailShare - 1; math.Abs(dev) > 0.03 {
+		t.Errorf("the long tail admitted %.1f%% off its tier's share; want within 3%%", 100*dev)
+	}
+	if dev := pacedAdmitted/pacedShare - 1; math.Abs(dev) > 0.05 {
+		t.Errorf("the tail's paced tenants admitted %.1f%% off their shares; want within 5%%", 100*dev)
+	}
+}
+
+// TestPacedRequestCostlierThanItsShareBucket: a request that costs more
+// than a paced tenant's share bucket holds (units × cost) must be paced,
+// not refused for good. Global 1,000/s shared by two tenants of equal
+// weight; b sends one request of 500 tokens every half second (1,000/s),
+// so its share is 500/s and its bucket holds 0.5 s of it, 250 tokens.
+// Regression: the bucket had to cover the whole cost, so b was denied every
+// request while the plane was contended.
+func TestPacedRequestCostlierThanItsShareBucket(t *testing.T) {
+	p := compileYAML(t, planeHeader+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: std, weight: 1}]\n")
+	e := newEngine(t, p)
+	var bAdmitted int64
+	const seconds = 30
+	for ms := range seconds * 1000 {
+		now := epoch.Add(time.Duration(ms) * time.Millisecond)
+		for range 2 { // a: 2,000 requests/s of cost 1
+			mustDecide(t, e, now, Request{Tenant: "a", Endpoint: "x"})
+		}
+		if ms%500 == 0 {
+			if d := mustDecide(t, e, now, Request{Tenant: "b", Endpoint: "x", Units: 500}); d.Allow && ms >= 10_000 {
+				bAdmitted += d.Cost
+			}
+		}
+	}
+	rate := float64(bAdmitted) / (seconds - 10)
+	t.Logf("b admitted %.0f tokens/s of its 500/s share", rate)
+	if math.Abs(rate-500) > 50 {
+		t.Errorf("b admitted %.0f tokens/s; want its share, 500/s (±10%%)", rate)
+	}
+}

@@ -323,7 +323,16 @@ type shareBucket struct {
 	last  int64
 }
 
-func (s *shareBucket) settle(now int64, rate, burst float64) {
+// settle refills the bucket at rate up to burst. A tenant paced for the
+// first time has saved its share since the contention began (since, µs),
+// not since ever: a full bucket of shareMinRequests would let each of a
+// tier's thousands of tenants with tiny shares (0.2 tokens/s) run over its
+// share for a minute, and an empty one would deny the first request of
+// every tenant that sends less than its share.
+func (s *shareBucket) settle(now int64, rate, burst float64, since int64) {
+	if s.last == 0 {
+		s.last = since
+	}
 	if now > s.last {
 		s.level += float64(now-s.last) * rate / 1e6
 		s.last = now
@@ -331,9 +340,18 @@ func (s *shareBucket) settle(now int64, rate, burst float64) {
 	s.level = min(s.level, burst) // also when the share shrank
 }
 
-func (s *shareBucket) retryAfterUs(cost, rate float64) int64 {
+// covers reports whether the bucket admits a request of cost. A full
+// bucket admits any cost and goes into debt, repaid at the share rate: a
+// request costlier than the bucket holds is paced, never refused for good,
+// and the bucket need not hold the costliest request, which would let a
+// small tenant run far over its share whenever its bucket is full.
+func (s *shareBucket) covers(cost, capacity float64) bool {
+	return s.level >= min(cost, capacity)
+}
+
+func (s *shareBucket) retryAfterUs(cost, capacity, rate float64) int64 {
 	if rate <= 0 {
 		return math.MaxInt64
 	}
-	return int64(math.Ceil((cost - s.level) / rate * 1e6))
+	return int64(math.Ceil((min(cost, capacity) - s.level) / rate * 1e6))
 }

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
@@ -53,6 +54,7 @@ type snapshot struct {
 	denyUnknown   bool
 	denyEndpoint  bool
 	maxCost       int64 // the largest endpoint cost, at least 1
+	minCost       int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
 
 	global        *policy.Limit
 	globalPerSec  float64       // the global limit's refill rate in tokens per second
@@ -152,9 +154,14 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		s.addReason(reasonAPIKey, t.Key)
 	}
 	s.addReason(reasonGlobal, s.global)
+	s.minCost = math.MaxInt64
+	if !s.denyEndpoint || len(s.endpoints) == 0 {
+		s.minCost = 1
+	}
 	for i := range s.endpoints {
 		e := &s.endpoints[i]
 		s.maxCost = max(s.maxCost, e.Cost)
+		s.minCost = min(s.minCost, max(e.Cost, 1))
 		s.addReason(reasonEndpoint, e.Limit)
 		for j := range e.Tiers {
 			s.addReason(reasonEndpoint, &e.Tiers[j].Limit)

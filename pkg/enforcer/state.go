@@ -22,7 +22,10 @@ type tenantState struct {
 	// offered accumulates the cost of requests that passed every level below
 	// global since the last fairness tick: the tenant's demand on the plane.
 	offered int64
-	stats   counters
+	// arrivals counts those requests (not their cost): how many samples
+	// the demand estimate rests on.
+	arrivals int64
+	stats    counters
 
 	limit     limiter   // the tenant level
 	endpoints []limiter // per endpoint of snap, aligned with snap.endpoints; in epInline when few
@@ -50,8 +53,9 @@ type tenantState struct {
 	// at this node (float64 bits; 1 but in mode local-reconciled), written
 	// by the fairness tick.
 	partBits atomic.Uint64
-	// The moving average behind demandBits; owned by the fairness tick.
-	demandAverage, demandWeight float64
+	// The moving averages behind demandBits (tokens/s) and the arrival
+	// rate (requests/s); owned by the fairness tick.
+	demandAverage, demandWeight, arrivalAverage float64
 }
 
 // inlineEndpoints is how many endpoint limiters live inside tenantState,
