@@ -10,14 +10,17 @@
 // adds a noisy neighbour.
 //
 // Targets: -target inproc (default) runs a simulated fleet of -nodes engines
-// on the plane in -policy, sharing the Redis at -redis-addr in the
-// distributed modes, in real time or, with -virtual, in virtual time
+// on the plane in -policy, sharing the Redis at -redis-addr (or the Redis
+// Cluster at -cluster-addrs, for a plane's spec.shards) in the distributed
+// modes, in real time or, with -virtual, in virtual time
 // (exact, deterministic, one stream); -target http sends to the enforcers at
 // -urls; -target null decides nothing and admits everything, to measure the
 // generator itself.
 //
 // Output: a summary on stdout, a progress line every second on stderr, and
-// with -out DIR: summary.json, tenants.csv, seconds.csv and PNG plots.
+// with -out DIR: summary.json, tenants.csv, seconds.csv, tokens.csv (real
+// time: admitted tokens per second of wall time, the clock the limits
+// refill on) and PNG plots.
 package main
 
 import (
@@ -94,6 +97,7 @@ func run() error {
 		conns       = flag.Int("conns", 64, "connections per enforcer URL (-target http)")
 		nodes       = flag.Int("nodes", 1, "engines in the simulated fleet (-target inproc)")
 		redisAddr   = flag.String("redis-addr", "", "Redis for the distributed modes (-target inproc)")
+		clusterAddr = flag.String("cluster-addrs", "", "comma-separated Redis Cluster seed addresses, instead of -redis-addr (-target inproc)")
 		virtual     = flag.Bool("virtual", false, "virtual time: one exact, deterministic stream (-target inproc)")
 		workers     = flag.Int("workers", 0, "generator goroutines in real time (default GOMAXPROCS)")
 		warmup      = flag.Duration("warmup", 0, "left out of the per-tenant counts")
@@ -159,8 +163,14 @@ func run() error {
 			}
 		}
 		var rdb redis.UniversalClient
-		if *redisAddr != "" {
-			rdb = redis.NewClient(&redis.Options{Addr: *redisAddr, Password: os.Getenv("QUOTAPLANE_REDIS_PASSWORD"), ContextTimeoutEnabled: true, PoolSize: 64})
+		password := os.Getenv("QUOTAPLANE_REDIS_PASSWORD")
+		switch {
+		case *clusterAddr != "":
+			rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(*clusterAddr, ","), Password: password, ContextTimeoutEnabled: true, PoolSize: 64})
+		case *redisAddr != "":
+			rdb = redis.NewClient(&redis.Options{Addr: *redisAddr, Password: password, ContextTimeoutEnabled: true, PoolSize: 64})
+		}
+		if rdb != nil {
 			defer rdb.Close()
 		}
 		var opts []enforcer.Option

@@ -159,17 +159,19 @@ func WaterFill(capacity float64, weights, floors, caps []float64) []float64 {
 }
 
 // TenantRow is one row of a run's tenants.csv: what a tenant offered and
-// got after the warmup, in requests per second.
+// got after the warmup, in requests and in tokens per second.
 type TenantRow struct {
-	Name              string
-	Tier              string
-	Rank              int
-	OfferedPerSec     float64
-	AdmittedPerSec    float64
-	DeniedGlobal      int64
-	DeniedOwnLevels   int64 // tenant, endpoint and key
-	BorrowedTokens    int64
-	ProfileRatePerSec float64
+	Name                 string
+	Tier                 string
+	Rank                 int
+	OfferedPerSec        float64
+	AdmittedPerSec       float64
+	OfferedTokensPerSec  float64
+	AdmittedTokensPerSec float64
+	DeniedGlobal         int64
+	DeniedOwnLevels      int64 // tenant, endpoint and key
+	BorrowedTokens       int64
+	ProfileRatePerSec    float64
 }
 
 // RowsFromResult takes the rows from a Result in memory.
@@ -178,6 +180,7 @@ func RowsFromResult(r *Result) []TenantRow {
 	for i, t := range r.Tenants {
 		rows[i] = TenantRow{Name: t.Name, Tier: t.Tier, Rank: t.Rank,
 			OfferedPerSec: float64(t.Offered) / r.Measured, AdmittedPerSec: float64(t.Admitted) / r.Measured,
+			OfferedTokensPerSec: float64(t.OfferedTokens) / r.Measured, AdmittedTokensPerSec: float64(t.AdmittedTokens) / r.Measured,
 			DeniedGlobal: t.Denied[0], DeniedOwnLevels: t.Denied[1] + t.Denied[2] + t.Denied[3],
 			BorrowedTokens: t.Borrowed, ProfileRatePerSec: t.Rate}
 	}
@@ -210,7 +213,8 @@ func parseTenantsCSV(r io.Reader) ([]TenantRow, error) {
 	for i, name := range records[0] {
 		col[name] = i
 	}
-	for _, need := range []string{"tenant", "tier", "rank", "profile_rate", "offered_per_s", "admitted_per_s", "denied_global", "denied_tenant", "denied_endpoint", "denied_key", "borrowed"} {
+	for _, need := range []string{"tenant", "tier", "rank", "profile_rate", "offered_per_s", "admitted_per_s", "denied_global", "denied_tenant", "denied_endpoint", "denied_key", "borrowed",
+		"offered_tokens_per_s", "admitted_tokens_per_s"} {
 		if _, ok := col[need]; !ok {
 			return nil, fmt.Errorf("no column %q", need)
 		}
@@ -225,6 +229,7 @@ func parseTenantsCSV(r io.Reader) ([]TenantRow, error) {
 		}
 		row := TenantRow{Name: rec[col["tenant"]], Tier: rec[col["tier"]], Rank: int(num("rank")),
 			ProfileRatePerSec: num("profile_rate"), OfferedPerSec: num("offered_per_s"), AdmittedPerSec: num("admitted_per_s"),
+			OfferedTokensPerSec: num("offered_tokens_per_s"), AdmittedTokensPerSec: num("admitted_tokens_per_s"),
 			DeniedGlobal:    int64(num("denied_global")),
 			DeniedOwnLevels: int64(num("denied_tenant") + num("denied_endpoint") + num("denied_key")),
 			BorrowedTokens:  int64(num("borrowed"))}
@@ -238,12 +243,11 @@ func parseTenantsCSV(r io.Reader) ([]TenantRow, error) {
 	return rows, nil
 }
 
-// ShareDeviation is one tenant's admitted rate against its fair share.
+// ShareDeviation is one tenant's admitted tokens per second against its
+// fair share.
 type ShareDeviation struct {
 	TenantRow
 	FairShare
-	// AdmittedTokensPerSec is AdmittedPerSec × the cost per request.
-	AdmittedTokensPerSec float64
 	// Deviation is (admitted − share) / share; 0 when the share is 0.
 	Deviation float64
 }
@@ -270,14 +274,12 @@ type FairnessReport struct {
 }
 
 // CompareFairShares computes the fair shares of rows' tenants under p from
-// their offered rates (requests/s × costPerRequest tokens) and compares
-// them with what they were admitted. costPerRequest is exact when every
-// request costs the same (a read-only mix); with a mix of costs it is the
-// mean, and a tenant's tokens are then only estimated.
-func CompareFairShares(p *policy.Policy, rows []TenantRow, costPerRequest, minSharePerSec float64, tailFromRank int) (*FairnessReport, error) {
+// the tokens they offered and compares them with the tokens they were
+// admitted.
+func CompareFairShares(p *policy.Policy, rows []TenantRow, minSharePerSec float64, tailFromRank int) (*FairnessReport, error) {
 	demand := make([]DemandTenant, len(rows))
 	for i, r := range rows {
-		demand[i] = DemandTenant{Name: r.Name, Tier: r.Tier, DemandPerSec: r.OfferedPerSec * costPerRequest}
+		demand[i] = DemandTenant{Name: r.Name, Tier: r.Tier, DemandPerSec: r.OfferedTokensPerSec}
 	}
 	shares, tiers, err := FairShares(p, demand)
 	if err != nil {
@@ -286,7 +288,7 @@ func CompareFairShares(p *policy.Policy, rows []TenantRow, costPerRequest, minSh
 	rep := &FairnessReport{Tiers: tiers, MinSharePerSec: minSharePerSec, TailFromRank: tailFromRank}
 	var abs []float64
 	for i, r := range rows {
-		d := ShareDeviation{TenantRow: r, FairShare: shares[i], AdmittedTokensPerSec: r.AdmittedPerSec * costPerRequest}
+		d := ShareDeviation{TenantRow: r, FairShare: shares[i]}
 		if d.SharePerSec > 0 {
 			d.Deviation = (d.AdmittedTokensPerSec - d.SharePerSec) / d.SharePerSec
 		}

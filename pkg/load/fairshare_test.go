@@ -155,12 +155,13 @@ func TestWaterFill(t *testing.T) {
 }
 
 // TestCompareFairShares reads a tenants.csv and checks the deviations, the
-// filter and the long tail's sums.
+// filter and the long tail's sums. Shares are in tokens: g1's requests cost
+// 2 tokens each, so its requests per second are not what counts.
 func TestCompareFairShares(t *testing.T) {
-	const csvText = `tenant,tier,rank,profile_rate,offered_per_s,admitted_per_s,denied_global,denied_tenant,denied_endpoint,denied_key,borrowed
-g1,gold,1,200,200,70,0,0,0,0,0
-f1,free,2,200,200,27,0,0,0,0,0
-f2,free,3,0.5,0.5,0.5,0,0,0,0,0
+	const csvText = `tenant,tier,rank,profile_rate,offered_per_s,admitted_per_s,denied_global,denied_tenant,denied_endpoint,denied_key,borrowed,offered_tokens_per_s,admitted_tokens_per_s
+g1,gold,1,100,100,35,0,0,0,0,0,200,70
+f1,free,2,200,200,27,0,0,0,0,0,200,27
+f2,free,3,0.5,0.5,0.5,0,0,0,0,0,0.5,0.5
 `
 	rows, err := parseTenantsCSV(strings.NewReader(csvText))
 	if err != nil {
@@ -168,7 +169,7 @@ f2,free,3,0.5,0.5,0.5,0,0,0,0,0
 	}
 	// Shares: free claims 30 (f1's limit) + 0.5 < its floor 40, so it
 	// gets 30.5 and gold 69.5.
-	rep, err := CompareFairShares(loadFairPlane(t), rows, 1, 1, 2)
+	rep, err := CompareFairShares(loadFairPlane(t), rows, 1, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

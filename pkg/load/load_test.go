@@ -290,7 +290,7 @@ func TestResultWriteIsParseable(t *testing.T) {
 		}
 		return records
 	}
-	tenants := readCSV("tenants.csv", len(b.Tenants), 11)
+	tenants := readCSV("tenants.csv", len(b.Tenants), 13)
 	var offered float64
 	for _, r := range tenants[1:] {
 		x, _ := strconv.ParseFloat(r[4], 64)
@@ -299,7 +299,7 @@ func TestResultWriteIsParseable(t *testing.T) {
 	if math.Abs(offered-float64(res.Totals.Offered)) > 0.5 {
 		t.Errorf("tenants.csv: offered_per_s × measured adds up to %g, want %d", offered, res.Totals.Offered)
 	}
-	seconds := readCSV("seconds.csv", 3, 17)
+	seconds := readCSV("seconds.csv", 3, 19)
 	var all int64
 	for _, r := range seconds[1:] {
 		x, _ := strconv.ParseInt(r[1], 10, 64)
@@ -307,5 +307,53 @@ func TestResultWriteIsParseable(t *testing.T) {
 	}
 	if want := res.Seconds[0].Offered + res.Seconds[1].Offered + res.Seconds[2].Offered; all != want {
 		t.Errorf("seconds.csv: offered adds up to %d, want %d", all, want)
+	}
+}
+
+// TestTokensCounted: a run counts the requests' costs (read 1, write 5) per
+// tenant, per scheduled second and, in real time, per second of wall time
+// (tokens.csv), and the three agree with each other and with the mix.
+func TestTokensCounted(t *testing.T) {
+	p := smallProfile(3)
+	p.Endpoints = []Endpoint{{"read", 0.5}, {"write", 0.5}}
+	p.Rate, p.Duration = 4000, 1500*time.Millisecond
+	b := build(t, p)
+	fleet, err := NewFleet(handPlane(t), 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	res, err := Run(context.Background(), b, fleet, Options{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secOffered, secAdmitted, wallOffered, wallAdmitted, wallDecided int64
+	for _, s := range res.Seconds {
+		secOffered, secAdmitted = secOffered+s.OfferedTokens, secAdmitted+s.AdmittedTokens
+	}
+	for _, w := range res.WallSeconds {
+		wallOffered, wallAdmitted, wallDecided = wallOffered+w.OfferedTokens, wallAdmitted+w.AdmittedTokens, wallDecided+w.Decided
+	}
+	tot := res.Totals
+	t.Logf("%d requests, %d tokens offered; %d admitted, %d tokens; %d wall seconds", tot.Offered, tot.OfferedTokens, tot.Admitted, tot.AdmittedTokens, len(res.WallSeconds))
+	if tot.OfferedTokens != secOffered || secOffered != wallOffered || tot.AdmittedTokens != secAdmitted || secAdmitted != wallAdmitted {
+		t.Errorf("offered tokens: tenants %d, seconds %d, wall %d; admitted: tenants %d, seconds %d, wall %d",
+			tot.OfferedTokens, secOffered, wallOffered, tot.AdmittedTokens, secAdmitted, wallAdmitted)
+	}
+	if wallDecided != tot.Offered+res.Errors {
+		t.Errorf("tokens.csv decided %d, want the run's %d decisions", wallDecided, tot.Offered+res.Errors)
+	}
+	if mean := float64(tot.OfferedTokens) / float64(tot.Offered); math.Abs(mean-3) > 0.15 {
+		t.Errorf("%.2f tokens per request; want 3 (half reads of 1, half writes of 5)", mean)
+	}
+	if got := res.AdmittedTokensPerWallSec * res.Wall; math.Abs(got-float64(wallAdmitted)) > 0.5 {
+		t.Errorf("admitted tokens per wall second × wall = %.1f, want %d", got, wallAdmitted)
+	}
+	dir := t.TempDir()
+	if err := res.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tokens.csv")); err != nil {
+		t.Errorf("a real-time run wrote no tokens.csv: %v", err)
 	}
 }

@@ -23,12 +23,16 @@ type Result struct {
 	Tiers               map[string]TenantCount `json:"tiers"`           // after the warmup
 	Tenants             []TenantResult         `json:"-"`               // in tenants.csv
 	Seconds             []SecondResult         `json:"-"`               // in seconds.csv
-	Latency             Quantiles              `json:"latency"`
-	VictimLatency       Quantiles              `json:"victimLatency"`
-	Lag                 Quantiles              `json:"generatorLag"`
-	OracleChecked       int64                  `json:"oracleChecked,omitempty"`
-	OracleMismatches    int64                  `json:"oracleMismatches,omitempty"`
-	Errors              int64                  `json:"errors"`
+	WallSeconds         []WallSecond           `json:"-"`               // in tokens.csv; real time only
+	// AdmittedTokensPerWallSec is every admitted token over the wall time
+	// (real time only): against a global limit, it is what was enforced.
+	AdmittedTokensPerWallSec float64   `json:"admittedTokensPerWallSecond,omitempty"`
+	Latency                  Quantiles `json:"latency"`
+	VictimLatency            Quantiles `json:"victimLatency"`
+	Lag                      Quantiles `json:"generatorLag"`
+	OracleChecked            int64     `json:"oracleChecked,omitempty"`
+	OracleMismatches         int64     `json:"oracleMismatches,omitempty"`
+	Errors                   int64     `json:"errors"`
 }
 
 // Quantiles of a latency distribution, in microseconds.
@@ -63,9 +67,9 @@ func newResult(b *Built, o *Options, c *counts, wall time.Duration) *Result {
 	for i, tc := range c.tenants {
 		r.Tenants = append(r.Tenants, TenantResult{b.Tenants[i], tc})
 		tier := r.Tiers[b.Tenants[i].Tier]
-		add(&tier, &tc)
+		tier.add(&tc)
 		r.Tiers[b.Tenants[i].Tier] = tier
-		add(&r.Totals, &tc)
+		r.Totals.add(&tc)
 	}
 	var all, victims, lag Histogram
 	var decisions int64
@@ -82,22 +86,28 @@ func newResult(b *Built, o *Options, c *counts, wall time.Duration) *Result {
 			VictimP50: s.VictimLatency.Quantile(0.5), VictimP99: s.VictimLatency.Quantile(0.99),
 			LagP99: s.Lag.Quantile(0.99)})
 	}
+	if !o.Virtual {
+		// Up to the last second that saw a decision.
+		n := len(c.wall)
+		for n > 0 && c.wall[n-1].Decided == 0 {
+			n--
+		}
+		r.WallSeconds = c.wall[:n]
+		var tokens int64
+		for _, w := range r.WallSeconds {
+			tokens += w.AdmittedTokens
+		}
+		r.AdmittedTokensPerWallSec = float64(tokens) / wall.Seconds()
+	}
 	r.Latency, r.VictimLatency, r.Lag = quantiles(&all), quantiles(&victims), quantiles(&lag)
 	r.DecisionsPerWallSec = float64(decisions) / wall.Seconds()
 	return r
 }
 
-func add(t, u *TenantCount) {
-	t.Offered += u.Offered
-	t.Admitted += u.Admitted
-	t.Borrowed += u.Borrowed
-	for l := range t.Denied {
-		t.Denied[l] += u.Denied[l]
-	}
-}
-
-// Write stores the result in dir: summary.json, tenants.csv (every tenant)
-// and seconds.csv (the time series).
+// Write stores the result in dir: summary.json, tenants.csv (every tenant),
+// seconds.csv (the time series by scheduled second) and, for a real-time
+// run, tokens.csv (by second of wall time: admitted and offered tokens,
+// decisions).
 func (r *Result) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -114,22 +124,35 @@ func (r *Result) Write(dir string) error {
 	us := func(d time.Duration) string { return f(float64(d) / 1e3) }
 	per := r.Measured
 	if err := writeCSV(filepath.Join(dir, "tenants.csv"),
-		[]string{"tenant", "tier", "rank", "profile_rate", "offered_per_s", "admitted_per_s", "denied_global", "denied_tenant", "denied_endpoint", "denied_key", "borrowed"},
+		[]string{"tenant", "tier", "rank", "profile_rate", "offered_per_s", "admitted_per_s", "denied_global", "denied_tenant", "denied_endpoint", "denied_key", "borrowed",
+			"offered_tokens_per_s", "admitted_tokens_per_s"},
 		len(r.Tenants), func(k int) []string {
 			t := r.Tenants[k]
 			return []string{t.Name, t.Tier, strconv.Itoa(t.Rank), f(t.Rate), f(float64(t.Offered) / per), f(float64(t.Admitted) / per),
-				i(t.Denied[0]), i(t.Denied[1]), i(t.Denied[2]), i(t.Denied[3]), i(t.Borrowed)}
+				i(t.Denied[0]), i(t.Denied[1]), i(t.Denied[2]), i(t.Denied[3]), i(t.Borrowed),
+				f(float64(t.OfferedTokens) / per), f(float64(t.AdmittedTokens) / per)}
 		}); err != nil {
 		return err
 	}
-	return writeCSV(filepath.Join(dir, "seconds.csv"),
+	if err := writeCSV(filepath.Join(dir, "seconds.csv"),
 		[]string{"t", "offered", "admitted", "victim_offered", "victim_admitted", "victim_denied_global", "attacker_offered", "attacker_admitted", "borrowed",
-			"p50_us", "p99_us", "victim_p50_us", "victim_p99_us", "lag_p99_us", "oracle_checked", "oracle_mismatches", "errors"},
+			"p50_us", "p99_us", "victim_p50_us", "victim_p99_us", "lag_p99_us", "oracle_checked", "oracle_mismatches", "errors",
+			"offered_tokens", "admitted_tokens"},
 		len(r.Seconds), func(k int) []string {
 			s := r.Seconds[k]
 			return []string{strconv.Itoa(s.T), i(s.Offered), i(s.Admitted), i(s.VictimOffered), i(s.VictimAdmitted), i(s.VictimDeniedGlobal),
 				i(s.AttackerOffered), i(s.AttackerAdmitted), i(s.Borrowed), us(s.P50), us(s.P99), us(s.VictimP50), us(s.VictimP99), us(s.LagP99),
-				i(s.OracleChecked), i(s.OracleMismatches), i(s.Errors)}
+				i(s.OracleChecked), i(s.OracleMismatches), i(s.Errors), i(s.OfferedTokens), i(s.AdmittedTokens)}
+		}); err != nil {
+		return err
+	}
+	if len(r.WallSeconds) == 0 {
+		return nil
+	}
+	return writeCSV(filepath.Join(dir, "tokens.csv"), []string{"t", "admitted_tokens", "offered_tokens", "decided"},
+		len(r.WallSeconds), func(k int) []string {
+			w := r.WallSeconds[k]
+			return []string{strconv.Itoa(k), i(w.AdmittedTokens), i(w.OfferedTokens), i(w.Decided)}
 		})
 }
 
@@ -161,6 +184,9 @@ func (r *Result) Print(w io.Writer) {
 	for _, tier := range Tiers {
 		t := r.Tiers[tier]
 		fmt.Fprintf(w, "  %-10s offered %9.0f/s admitted %9.0f/s\n", tier, rate(t.Offered), rate(t.Admitted))
+	}
+	if r.AdmittedTokensPerWallSec > 0 {
+		fmt.Fprintf(w, "admitted %.0f tokens/s over the wall time\n", r.AdmittedTokensPerWallSec)
 	}
 	fmt.Fprintf(w, "latency p50 %.1fµs p99 %.1fµs; victims p50 %.1fµs p99 %.1fµs; generator lag p99 %.1fµs\n",
 		r.Latency.P50, r.Latency.P99, r.VictimLatency.P50, r.VictimLatency.P99, r.Lag.P99)

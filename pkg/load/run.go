@@ -134,13 +134,16 @@ func Run(ctx context.Context, b *Built, t Target, o Options) (*Result, error) {
 	if o.Progress != nil {
 		go reportProgress(o.Progress, &progress, b.Duration, done)
 	}
+	// Room for a run that falls behind its schedule; a second past it is
+	// counted in the last slot.
+	wallSeconds := 2*seconds + 60
 	start := time.Now()
 	var total *counts
 	if o.Virtual {
 		if o.Workers > 1 {
 			return nil, fmt.Errorf("load: virtual time runs one stream; drop -workers")
 		}
-		total = newCounts(len(b.Tenants), seconds)
+		total = newCounts(len(b.Tenants), seconds, 0)
 		if err := w.run(ctx, newStream(b, 1, 1), total, time.Time{}, 0, &progress); err != nil {
 			return nil, err
 		}
@@ -156,7 +159,7 @@ func Run(ctx context.Context, b *Built, t Target, o Options) (*Result, error) {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := range n {
-			parts[i] = newCounts(len(b.Tenants), seconds)
+			parts[i] = newCounts(len(b.Tenants), seconds, wallSeconds)
 			wg.Go(func() {
 				errs[i] = w.run(ctx, newStream(b, uint64(i+1), 1/float64(n)), parts[i], start, i, &progress)
 			})
@@ -223,15 +226,28 @@ func (w *worker) run(ctx context.Context, s *stream, c *counts, start time.Time,
 		if node == nodes {
 			node = 0
 		}
+		var ws *WallSecond
+		if len(c.wall) > 0 {
+			ws = &c.wall[min(int(began.Sub(start)/time.Second), len(c.wall)-1)]
+			ws.Decided++
+		}
 		if err != nil {
 			sec.Errors++
 			continue
 		}
 		sec.Offered++
+		sec.OfferedTokens += d.Cost
 		sec.Latency.Add(took)
+		if ws != nil {
+			ws.OfferedTokens += d.Cost
+		}
 		if d.Allow {
 			sec.Admitted++
+			sec.AdmittedTokens += d.Cost
 			sec.Borrowed += d.Borrowed
+			if ws != nil {
+				ws.AdmittedTokens += d.Cost
+			}
 		}
 		if w.attacker[a.tenant] {
 			sec.AttackerOffered++
@@ -257,8 +273,10 @@ func (w *worker) run(ctx context.Context, s *stream, c *counts, start time.Time,
 		if a.at >= w.warmup {
 			tc := &c.tenants[a.tenant]
 			tc.Offered++
+			tc.OfferedTokens += d.Cost
 			if d.Allow {
 				tc.Admitted++
+				tc.AdmittedTokens += d.Cost
 				tc.Borrowed += d.Borrowed
 			} else {
 				tc.Denied[levelIndex(d.Level)]++

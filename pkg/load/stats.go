@@ -87,9 +87,24 @@ func levelIndex(l enforcer.Level) int {
 
 // TenantCount is what one tenant offered and got.
 type TenantCount struct {
-	Offered, Admitted int64
+	Offered, Admitted int64          // requests
 	Denied            [nLevels]int64 // by level: global, tenant, endpoint, key
 	Borrowed          int64          // tokens from the burst pool
+	// OfferedTokens and AdmittedTokens count the requests' costs (endpoint
+	// cost × units), as the limits do: in-process targets only (an HTTP
+	// answer does not say what a request cost).
+	OfferedTokens, AdmittedTokens int64
+}
+
+func (t *TenantCount) add(u *TenantCount) {
+	t.Offered += u.Offered
+	t.Admitted += u.Admitted
+	t.Borrowed += u.Borrowed
+	t.OfferedTokens += u.OfferedTokens
+	t.AdmittedTokens += u.AdmittedTokens
+	for l := range t.Denied {
+		t.Denied[l] += u.Denied[l]
+	}
 }
 
 // Second is one second of the run.
@@ -102,6 +117,8 @@ type Second struct {
 	// Attacker: the spiking tenants.
 	AttackerOffered, AttackerAdmitted int64
 	Borrowed                          int64
+	// OfferedTokens and AdmittedTokens count costs (in-process targets).
+	OfferedTokens, AdmittedTokens int64
 	// Latency of every decision, and of the victims' decisions.
 	Latency, VictimLatency Histogram
 	// Lag is how late decisions started against their scheduled arrival
@@ -114,25 +131,37 @@ type Second struct {
 	Errors int64
 }
 
+// WallSecond is one second of wall time since the start of a real-time
+// run. The limits refill on this clock, so a run that falls behind its
+// schedule (its scheduled seconds then take longer) is measured against
+// its limits here, not in Second.
+type WallSecond struct {
+	Decided                       int64 // decisions made (errors included)
+	OfferedTokens, AdmittedTokens int64
+}
+
 // counts is one worker's tally, merged at the end.
 type counts struct {
 	tenants []TenantCount
 	seconds []Second
+	// wall is by second of wall time (real time only); its last slot also
+	// holds any later second.
+	wall []WallSecond
 }
 
-func newCounts(tenants, seconds int) *counts {
-	return &counts{tenants: make([]TenantCount, tenants), seconds: make([]Second, seconds)}
+func newCounts(tenants, seconds, wallSeconds int) *counts {
+	return &counts{tenants: make([]TenantCount, tenants), seconds: make([]Second, seconds), wall: make([]WallSecond, wallSeconds)}
 }
 
 func (c *counts) merge(o *counts) {
 	for i := range c.tenants {
-		t, u := &c.tenants[i], &o.tenants[i]
-		t.Offered += u.Offered
-		t.Admitted += u.Admitted
-		t.Borrowed += u.Borrowed
-		for l := range t.Denied {
-			t.Denied[l] += u.Denied[l]
-		}
+		c.tenants[i].add(&o.tenants[i])
+	}
+	for i := range c.wall {
+		w, u := &c.wall[i], &o.wall[i]
+		w.Decided += u.Decided
+		w.OfferedTokens += u.OfferedTokens
+		w.AdmittedTokens += u.AdmittedTokens
 	}
 	for i := range c.seconds {
 		s, u := &c.seconds[i], &o.seconds[i]
@@ -144,6 +173,8 @@ func (c *counts) merge(o *counts) {
 		s.AttackerOffered += u.AttackerOffered
 		s.AttackerAdmitted += u.AttackerAdmitted
 		s.Borrowed += u.Borrowed
+		s.OfferedTokens += u.OfferedTokens
+		s.AdmittedTokens += u.AdmittedTokens
 		s.OracleChecked += u.OracleChecked
 		s.OracleMismatches += u.OracleMismatches
 		s.Errors += u.Errors

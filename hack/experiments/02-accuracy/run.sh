@@ -11,9 +11,9 @@
 # generator beside it, so the offered rate stays below that: a generator
 # that falls behind would stretch the run.)
 #
-# The generator is hack/experiments/08-sustained/driver: cmd/load's fleet
-# plus the admitted tokens per second of wall time (tokens.csv), the clock
-# the limit refills on. Overage (plot/):
+# The generator is cmd/load's in-process fleet; its tokens.csv counts the
+# admitted tokens per second of wall time, the clock the limit refills on.
+# Overage (plot/):
 #   cold   = admitted over the whole run / (rate × wall time + burst) − 1
 #   steady = admitted in the seconds from the warmup to the scheduled end
 #            / (rate × (duration − warmup)) − 1
@@ -35,7 +35,7 @@ RATE=10000 BURST=10000 OFFERED=20000
 
 mkdir -p "$RESULTS"
 go run ./cmd/enforcer check "$PLANE"
-go build -o "$RESULTS/driver" ./hack/experiments/08-sustained/driver
+go build -o "$RESULTS/load" ./cmd/load
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
@@ -50,7 +50,7 @@ run() { # name mode [reconcile-ms]
 		redis-cli -p "$port" flushall >/dev/null
 		local out="$RESULTS/$name/run$r"
 		echo "== $name run $r" >&2
-		flock /tmp/quotaplane-bench.lock "$RESULTS/driver" -policy "$PLANE" -nodes 8 -redis-addr "127.0.0.1:$port" \
+		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$PLANE" -nodes 8 -redis-addr "127.0.0.1:$port" \
 			-mode "$mode" ${ms:+-reconcile-ms "$ms"} -rate "$OFFERED" -duration "$DURATION" -warmup "$WARMUP" \
 			-tenants 100 -enterprise 10 -standard 30 -whales 5 -mix read=1 -workers 128 -seed "$r" \
 			-quiet -out "$out" >"$out.txt" 2>&1 || { cat "$out.txt" >&2; exit 1; }

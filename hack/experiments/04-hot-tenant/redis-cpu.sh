@@ -19,7 +19,7 @@ WORKERS="${WORKERS:-256}"
 EXP=hack/experiments/04-hot-tenant
 
 mkdir -p "$RESULTS"
-go build -o "$RESULTS/driver" ./hack/experiments/08-sustained/driver
+go build -o "$RESULTS/load" ./cmd/load
 
 # freeport: a free loopback port whose cluster bus port (port + 10000) is
 # free too; Redis Cluster refuses ports above 55535.
@@ -82,7 +82,7 @@ for setup in central sharded reconciled; do
 		for p in "${servers[@]}"; do echo "$p $(cpu "$p")"; done >"$out.before"
 		"$@" >"$out.txt"
 		for p in "${servers[@]}"; do echo "$p $(cpu "$p")"; done >"$out.after"
-	' _ "$RESULTS/$setup" "${#servers[@]}" "${servers[@]}" "$RESULTS/driver" "${args[@]}"
+	' _ "$RESULTS/$setup" "${#servers[@]}" "${servers[@]}" "$RESULTS/load" "${args[@]}"
 	wall=$(jq '.wallSeconds' "$RESULTS/$setup/summary.json")
 	dps=$(jq '.decisionsPerWallSecond | floor' "$RESULTS/$setup/summary.json")
 	busy=$(paste -d' ' "$RESULTS/$setup.before" "$RESULTS/$setup.after" |

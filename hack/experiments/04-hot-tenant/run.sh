@@ -15,8 +15,8 @@
 # of 40,000 tokens/s (-global-rps, burst 40,000) offered 80,000 reads/s,
 # overage as in experiment 2 (cold start and after the warmup).
 #
-# The generator is hack/experiments/08-sustained/driver (cmd/load with a
-# Redis Cluster client). Every run is measured under the bench lock.
+# The generator is cmd/load (-cluster-addrs for the cluster). Every run is
+# measured under the bench lock.
 #
 #   RESULTS=/tmp/quotaplane-experiments/04-hot-tenant   raw output
 #   RATES="20000 40000 80000 120000 160000 240000" SWEEP_DURATION=6s REPEATS=3
@@ -37,7 +37,7 @@ EXP=hack/experiments/04-hot-tenant
 mkdir -p "$RESULTS"
 go run ./cmd/enforcer check "$EXP/plane"
 go run ./cmd/enforcer check "$EXP/plane-sharded"
-go build -o "$RESULTS/driver" ./hack/experiments/08-sustained/driver
+go build -o "$RESULTS/load" ./cmd/load
 
 # freeport: a free loopback port whose cluster bus port (port + 10000) is
 # free too; Redis Cluster refuses ports above 55535.
@@ -88,7 +88,7 @@ flushall() {
 	for a in "${cluster[@]}"; do redis-cli -p "${a#*:}" flushall >/dev/null; done
 }
 
-# drive name setup out extra...: one measured run; appends its RESULT line.
+# drive name setup out extra...: one measured run; prints its line for plot/.
 drive() {
 	local name=$1 setup=$2 out=$3
 	shift 3
@@ -100,11 +100,11 @@ drive() {
 	esac
 	flushall
 	mkdir -p "$out"
-	flock /tmp/quotaplane-bench.lock "$RESULTS/driver" "${args[@]}" "$@" >"$out/stdout.txt" 2>"$out/stderr.txt" || {
+	flock /tmp/quotaplane-bench.lock "$RESULTS/load" "${args[@]}" "$@" >"$out/stdout.txt" 2>"$out/stderr.txt" || {
 		cat "$out/stderr.txt" >&2
 		exit 1
 	}
-	echo "$name $(grep '^RESULT' "$out/stdout.txt" | cut -d' ' -f2-)"
+	echo "$name dir=$out"
 }
 
 : >"$RESULTS/sweep.txt"

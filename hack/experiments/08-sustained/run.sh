@@ -8,9 +8,10 @@
 # requests/s; after it, a short central run at the same offered rate for
 # contrast. Every run holds the bench lock: they use the whole machine.
 #
-# The generator is ./driver: cmd/load's in-process fleet plus a count of
-# the admitted tokens per second (tokens.csv), since the global limit counts
-# tokens (read 1, write 5, export 50), not requests.
+# The generator is cmd/load's in-process fleet; its tokens.csv counts the
+# admitted tokens per second of wall time, since the global limit counts
+# tokens (read 1, write 5, export 50), not requests, and refills on the wall
+# clock whether or not the generator keeps its schedule.
 #
 # summarise.sh prints the tables and plot/ draws the time series.
 #
@@ -44,7 +45,6 @@ EXP=hack/experiments/08-sustained
 mkdir -p "$RESULTS"
 go run ./cmd/enforcer check "$EXP/plane"
 go build -o "$RESULTS/load" ./cmd/load
-go build -o "$RESULTS/driver" ./$EXP/driver
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
@@ -66,14 +66,14 @@ fi
 # The sustained run.
 redis-cli -p "$port" flushall >/dev/null
 out="$RESULTS/sustained"
-flock /tmp/quotaplane-bench.lock "$RESULTS/driver" -policy "$EXP/plane" -nodes 8 -redis-addr "127.0.0.1:$port" \
+flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$EXP/plane" -nodes 8 -redis-addr "127.0.0.1:$port" \
 	-rate "$RATE" -duration "$DURATION" -warmup "$WARMUP" -workers "$WORKERS" -out "$out" >"$out.txt" 2>"$out.progress"
 go run ./$EXP/plot -dir "$out" -prefix "$PLOTS" -limit "$LIMIT" -seconds "${DURATION%s}"
 
 # Central, for contrast.
 if [ "$CENTRAL" = 1 ]; then
 	redis-cli -p "$port" flushall >/dev/null
-	flock /tmp/quotaplane-bench.lock "$RESULTS/driver" -policy "$EXP/plane" -mode central -nodes 8 -redis-addr "127.0.0.1:$port" \
+	flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$EXP/plane" -mode central -nodes 8 -redis-addr "127.0.0.1:$port" \
 		-rate "$RATE" -duration "$CENTRAL_DURATION" -workers "$CENTRAL_WORKERS" -out "$RESULTS/central" -quiet >"$RESULTS/central.txt" 2>&1
 fi
 

@@ -35,8 +35,8 @@ if [ -f "$dir/summary.json" ]; then
 	dur=$(jq '.measuredSeconds + ("'"${WARMUP%s}"'" | tonumber)' "$dir/summary.json")
 	jq -r '"offered \(.totals.Offered / .measuredSeconds | floor)/s after the warmup (scheduled), decided \(.decisionsPerWallSecond | floor)/s over \(.wallSeconds * 10 | floor / 10) s of wall time, errors \(.errors); decision p50 \(.latency.p50us) µs, p99 \(.latency.p99us) µs, p99.9 \(.latency.p999us) µs; generator lag p50 \(.generatorLag.p50us) µs, p99 \(.generatorLag.p99us) µs"' "$dir/summary.json"
 	wall=$(jq '.wallSeconds' "$dir/summary.json")
-	# The driver's last row also holds any seconds past its slots; the
-	# whole run is divided by the wall time, not by the rows.
+	# The last row also holds any seconds past cmd/load's slots; the whole
+	# run is divided by the wall time, not by the rows.
 	awk -F, -v limit="$LIMIT" -v burst="$BURST" -v warm="${WARMUP%s}" -v dur="$dur" -v wall="$wall" '
 		NR > 1 { all += $2; offered += $3 }
 		NR > 1 && $1 >= warm && $1 < dur { steady += $2; n++; o = 100 * ($2 / limit - 1); v[n] = o; if (n == 1 || o > max) max = o; if (n == 1 || o < min) min = o }
@@ -56,8 +56,8 @@ if [ -f "$dir/summary.json" ]; then
 		END { printf "largest excess of admitted tokens over limit × seconds in any window: whole run %.0f (%.1f%% of the burst, ending at t=%d s); from the warmup %.0f (%.1f%% of the burst, ending at t=%d s)\n", best, 100 * best / burst, end, bw, 100 * bw / burst, ew }' "$dir/tokens.csv"
 	awk -F, 'NR > 1 { n++; if ($14 + 0 > lag) { lag = $14; t = $1 } if ($11 + 0 > p99) { p99 = $11; tp = $1 } if ($14 + 0 > 10000) late++; if ($14 + 0 > 1000000) later++ }
 		END { printf "worst second (scheduled): decision p99 %.0f µs (t=%d s), generator lag p99 %.0f µs (t=%d s); seconds whose lag p99 is over 10 ms: %d of %d, over 1 s: %d\n", p99, tp, lag, t, late, n, later }' "$dir/seconds.csv"
-	echo "decided per second of wall time, by minute (the progress lines):"
-	awk '{ gsub("/s", "", $6); m = int((NR - 1) / 60); s[m] += $6; c[m]++ } END { for (i = 0; i in s; i++) printf "  minute %d: %.0f/s\n", i + 1, s[i] / c[i] }' "$RESULTS/sustained.progress"
+	echo "decided per second of wall time, by minute (tokens.csv):"
+	awk -F, 'NR > 1 { m = int($1 / 60); s[m] += $4; c[m]++ } END { for (i = 0; i in s; i++) printf "  minute %d: %.0f/s\n", i + 1, s[i] / c[i] }' "$dir/tokens.csv"
 fi
 
 dir="$RESULTS/central"

@@ -1,11 +1,11 @@
 // Command plot reads experiment 2's runs (RESULTS/central/runN and
-// RESULTS/reconciled-MS/runN, as written by the driver's -out), computes each
+// RESULTS/reconciled-MS/runN, as written by cmd/load -out), computes each
 // run's overage against the global limit, prints the results table
 // (medians of the runs, and their range) and draws overage and p99 against
 // the reconcile interval.
 //
 // Overage is measured on tokens.csv, the admitted tokens per second of wall
-// time (the driver's), the clock the buckets refill on:
+// time, the clock the buckets refill on:
 //
 //	cold   = admitted over the whole run / (rate × wall time + burst) − 1
 //	steady = admitted in the seconds [warmup, duration) / (rate × (duration − warmup)) − 1

@@ -1,5 +1,5 @@
-// Command plot reads experiment 4's runs (RESULTS/sweep.txt, the RESULT
-// lines of hack/experiments/08-sustained/driver, and RESULTS/accuracy/*)
+// Command plot reads experiment 4's runs (RESULTS/sweep.txt and
+// RESULTS/accuracy.txt, a line per run naming its cmd/load -out directory)
 // and prints its tables (medians of the runs) and draws the sweep: decisions
 // per second of wall time and decision p99 against the offered rate.
 //
@@ -50,7 +50,10 @@ func main() {
 	}
 }
 
-// readResults parses the RESULT lines: "sweep setup=… offered=… run=… key=value…".
+// readResults parses the run lines of run.sh ("sweep setup=… offered=… run=…
+// dir=…") and adds each run's numbers from its summary.json: decided/s per
+// second of wall time, the decision p50 and p99 and the generator's lag p99
+// (µs), and errors.
 func readResults(path string) ([]map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -64,6 +67,23 @@ func readResults(path string) ([]map[string]string, error) {
 		for _, field := range strings.Fields(sc.Text())[1:] {
 			k, v, _ := strings.Cut(field, "=")
 			row[k] = v
+		}
+		raw, err := os.ReadFile(filepath.Join(row["dir"], "summary.json"))
+		if err != nil {
+			return nil, err
+		}
+		var sum struct {
+			Decided float64        `json:"decisionsPerWallSecond"`
+			Latency load.Quantiles `json:"latency"`
+			Lag     load.Quantiles `json:"generatorLag"`
+			Errors  int64          `json:"errors"`
+		}
+		if err := json.Unmarshal(raw, &sum); err != nil {
+			return nil, fmt.Errorf("%s/summary.json: %w", row["dir"], err)
+		}
+		for k, v := range map[string]float64{"decided_per_wall_s": sum.Decided, "p50_us": sum.Latency.P50, "p99_us": sum.Latency.P99,
+			"lag_p99_us": sum.Lag.P99, "errors": float64(sum.Errors)} {
+			row[k] = strconv.FormatFloat(v, 'f', -1, 64)
 		}
 		rows = append(rows, row)
 	}

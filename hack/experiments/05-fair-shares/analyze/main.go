@@ -1,11 +1,12 @@
 // Command analyze compares runs of cmd/load with the reference fair shares
-// of pkg/load (FairShares): per run, each tenant's admitted rate against its
+// of pkg/load (FairShares): per run, each tenant's admitted tokens per
+// second (tenants.csv counts requests and their costs) against its
 // hierarchical weighted max-min share, the worst deviation and its
 // distribution over tenants whose share is at least -min-share tokens/s,
 // and the long tail's admitted rate against its share. It prints Markdown
 // tables and, with -plot, draws admitted/share by rank for every run.
 //
-//	analyze -policy DIR [-cost 1] [-min-share 1] [-tail-rank 101] [-plot PNG] name=RUNDIR...
+//	analyze -policy DIR [-min-share 1] [-tail-rank 101] [-plot PNG] name=RUNDIR...
 package main
 
 import (
@@ -38,7 +39,6 @@ type namedReport struct {
 func run() error {
 	var (
 		policyDir = flag.String("policy", "", "the plane's directory")
-		cost      = flag.Float64("cost", 1, "tokens per request (exact for a single-endpoint mix)")
 		minShare  = flag.Float64("min-share", 1, "count only tenants whose share is at least this many tokens/s")
 		tailRank  = flag.Int("tail-rank", 101, "the long tail starts at this rank")
 		plotPath  = flag.String("plot", "", "PNG of admitted/share by rank")
@@ -64,7 +64,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		rep, err := load.CompareFairShares(p, rows, *cost, *minShare, *tailRank)
+		rep, err := load.CompareFairShares(p, rows, *minShare, *tailRank)
 		if err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func run() error {
 
 	pct := func(x float64) string { return fmt.Sprintf("%+.2f%%", 100*x) }
 	if *tiersOnly {
-		printTiers(reports, *cost)
+		printTiers(reports)
 		return nil
 	}
 	fmt.Printf("Tenants with a share ≥ %g tokens/s; deviation = (admitted − share) / share.\n\n", *minShare)
@@ -92,7 +92,7 @@ func run() error {
 		fmt.Printf("| %s | %d | %.0f | %.0f | %.0f | %.4f | %.0f | %.0f | %.0f |\n", r.name, x.TailTenants, x.TailOffered, x.TailSharePerSec,
 			x.TailAdmitted, x.TailAdmitted/x.TailSharePerSec, x.TotalOffered, x.TotalSharePerS, x.TotalAdmitted)
 	}
-	printTiers(reports, *cost)
+	printTiers(reports)
 	for _, r := range reports {
 		fmt.Printf("\nWorst %d of %s:\n\n| rank | tenant | tier | weight | offered | claim | share | admitted | deviation |\n|---|---|---|---|---|---|---|---|---|\n", *worstN, r.name)
 		var counted []load.ShareDeviation
@@ -110,7 +110,7 @@ func run() error {
 			}
 			t := counted[at]
 			fmt.Printf("| %d | %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", t.Rank, t.Name, t.FairShare.Tier, t.Weight,
-				t.OfferedPerSec**cost, t.CapPerSec, t.SharePerSec, t.AdmittedTokensPerSec, pct(t.Deviation))
+				t.OfferedTokensPerSec, t.CapPerSec, t.SharePerSec, t.AdmittedTokensPerSec, pct(t.Deviation))
 			counted = append(counted[:at], counted[at+1:]...)
 		}
 	}
@@ -151,7 +151,7 @@ func median(xs []float64) float64 {
 // printTiers prints each run's tiers: offered, floor, claim, fair share and
 // admitted, tokens/s, and the tier's water level against what its held
 // tenants got.
-func printTiers(reports []namedReport, cost float64) {
+func printTiers(reports []namedReport) {
 	fmt.Println("Tiers, tokens/s (offered and share from the reference; admitted measured):")
 	fmt.Println()
 	fmt.Println("| run | tier | offered | floor | claim (min(demand, limit)) | fair share | admitted | admitted / offered | admitted / share | tenants held to the level | level (share per weight) | their admitted per weight, median |")
@@ -162,7 +162,7 @@ func printTiers(reports []namedReport, cost float64) {
 		var perWeight = map[string][]float64{}
 		for _, t := range r.rep.Tenants {
 			admitted[t.FairShare.Tier] += t.AdmittedTokensPerSec
-			offered[t.FairShare.Tier] += t.OfferedPerSec * cost
+			offered[t.FairShare.Tier] += t.OfferedTokensPerSec
 			// A tenant whose share is below its claim is held to its
 			// tier's water level: share = level × weight.
 			if t.Weight > 0 && t.SharePerSec < t.CapPerSec*(1-1e-9) {

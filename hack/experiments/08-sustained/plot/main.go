@@ -1,4 +1,4 @@
-// Command plot draws the sustained run's time series from the driver's
+// Command plot draws the sustained run's time series from cmd/load's
 // output (seconds.csv, by scheduled second; tokens.csv, by wall second):
 //
 //	PREFIX-rates.png    admitted requests/s and admitted tokens/s, and the limit
