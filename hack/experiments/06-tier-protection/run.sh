@@ -13,10 +13,9 @@
 # ../05-fair-shares/analyze: offered and admitted measured, floor and fair
 # share from pkg/load's reference (FairShares).
 #
-# Diagnostic: both profiles with maxmin again on plane-read-only/, the same
-# plane with only the read endpoint (costliest request 1 token, not 50),
-# with the per-tenant analysis: the engine floors a tenant's fair-share
-# bucket at the costliest request, and these runs show what that does.
+# Then seed 002's read/write/export mix (90/9/1, costs 1/5/50, 1.85 tokens a
+# request on average) on the Zipf profile at 16,216 requests/s: the same
+# 30,000 tokens/s, with both fairness modes.
 #
 #   RESULTS=/tmp/quotaplane-experiments/06-tier-protection   raw output
 set -euo pipefail
@@ -34,7 +33,7 @@ go build -o "$RESULTS/analyze" ./hack/experiments/05-fair-shares/analyze
 run() { # name fairness profile-flags...
 	local name=$1 fairness=$2
 	shift 2
-	"$RESULTS/load" -policy "${RUN_PLANE:-$PLANE}" -virtual -seed 1 -rate 30000 -mix read=1 -fairness "$fairness" \
+	"$RESULTS/load" -policy "$PLANE" -virtual -seed 1 -rate 30000 -mix read=1 -fairness "$fairness" \
 		-duration 60s -warmup 20s -quiet -out "$RESULTS/$name" "$@" >"$RESULTS/$name.txt"
 	echo "== $name: $RESULTS/$name" && cat "$RESULTS/$name.txt"
 }
@@ -49,12 +48,10 @@ echo
 	zipf-maxmin="$RESULTS/zipf-maxmin" zipf-none="$RESULTS/zipf-none" \
 	balanced-maxmin="$RESULTS/balanced-maxmin" balanced-none="$RESULTS/balanced-none"
 
+mix=(-mix read=0.9,write=0.09,export=0.01 -rate 16216)
+run zipf-mix-maxmin maxmin "${mix[@]}"
+run zipf-mix-none none "${mix[@]}"
+
 echo
-echo "== diagnostic: plane-read-only (costliest request 1 token)"
-RUN_PLANE=hack/experiments/06-tier-protection/plane-read-only
-go run ./cmd/enforcer check "$RUN_PLANE"
-RUN_PLANE=$RUN_PLANE run zipf-maxmin-read-only maxmin
-RUN_PLANE=$RUN_PLANE run balanced-maxmin-read-only maxmin "${balanced[@]}"
-"$RESULTS/analyze" -policy "$RUN_PLANE" -min-share 0.1 -worst 3 \
-	zipf-maxmin="$RESULTS/zipf-maxmin" zipf-maxmin-read-only="$RESULTS/zipf-maxmin-read-only" \
-	balanced-maxmin="$RESULTS/balanced-maxmin" balanced-maxmin-read-only="$RESULTS/balanced-maxmin-read-only"
+"$RESULTS/analyze" -policy "$PLANE" -tiers-only \
+	zipf-mix-maxmin="$RESULTS/zipf-mix-maxmin" zipf-mix-none="$RESULTS/zipf-mix-none"
