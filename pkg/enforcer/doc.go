@@ -45,7 +45,7 @@
 // a noisy tenant gets its fair share and no more; every tier keeps its floor
 // as far as its tenants want it, and among tiers that want more than their
 // share the lower-weight tier is cut more. A tenant's demand is a moving
-// average over at least 64 of its own arrivals (500 ms for a busy tenant, up
+// average over at least 256 of its own arrivals (500 ms for a busy tenant, up
 // to 16 s for a trickle), so the thousands of small tenants of a tier are
 // neither mistaken for silence nor for bursts. A paced tenant's share bucket
 // holds half a second of its share and at least 8 of the plane's cheapest

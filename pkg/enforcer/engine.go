@@ -118,7 +118,7 @@ func WithFairnessInterval(d time.Duration) Option {
 
 // WithDemandWindow sets the shortest time constant of the moving average
 // that measures each tenant's demand (default 500ms): a busy tenant's. A
-// tenant's window is long enough to hold 64 of its arrivals, up to 16 s, so
+// tenant's window is long enough to hold 256 of its arrivals, up to 16 s, so
 // that a trickle is not mistaken for silence (see measureDemand).
 func WithDemandWindow(d time.Duration) Option { return func(e *Engine) { e.settings.demandWindow = d } }
 
@@ -614,7 +614,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if shareRate = e.fair.shareRate(ts); !math.IsInf(shareRate, 1) {
 			paced = true
 			shareCap = e.shareBurstTokens(shareRate, snap)
-			ts.share.settle(now, shareRate, shareCap, e.fair.contendedSince.Load())
+			ts.share.settle(now, shareRate, shareCap, e.fair.contendedSince.Load(), float64(snap.minCost))
 			shareOK = ts.share.covers(float64(cost), shareCap)
 		}
 	}

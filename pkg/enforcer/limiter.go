@@ -324,14 +324,15 @@ type shareBucket struct {
 }
 
 // settle refills the bucket at rate up to burst. A tenant paced for the
-// first time has saved its share since the contention began (since, µs),
-// not since ever: a full bucket of shareMinRequests would let each of a
-// tier's thousands of tenants with tiny shares (0.2 tokens/s) run over its
-// share for a minute, and an empty one would deny the first request of
-// every tenant that sends less than its share.
-func (s *shareBucket) settle(now int64, rate, burst float64, since int64) {
+// first time starts with one request of the plane's cheapest (first) and
+// the share it saved since the contention began (since, µs), not since
+// ever: a full bucket of shareMinRequests would let each of a tier's
+// thousands of tenants with tiny shares (0.2 tokens/s) run over its share
+// for a minute, and an empty one would deny the first request of every
+// tenant paced at a share it does not use up.
+func (s *shareBucket) settle(now int64, rate, burst float64, since int64, first float64) {
 	if s.last == 0 {
-		s.last = since
+		s.last, s.level = since, first
 	}
 	if now > s.last {
 		s.level += float64(now-s.last) * rate / 1e6
