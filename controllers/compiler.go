@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +34,9 @@ type compiler struct {
 	metrics  *managerMetrics
 	// pokes wake the status controller of each kind for one object.
 	pokes map[string]chan event.GenericEvent
+	// resync is how often a plane is compiled and published again when
+	// nothing changed.
+	resync time.Duration
 }
 
 // planeRequest is the compiler's queue key for namespace ns.
@@ -72,12 +77,17 @@ func (c *compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		log.FromContext(ctx).Info("published", "plane", ns+"/"+v.planeName, "version", v.version, "hash", v.hash)
 		c.recorder.Eventf(plane, nil, "Normal", "Published", "Publish", "published policy version %d (hash %.12s)", v.version, v.hash)
 	}
-	for _, o := range objs {
-		c.pokes[kindOf(o)] <- event.GenericEvent{Object: o.(client.Object)}
+	if previous == nil || !reflect.DeepEqual(*previous, *v) {
+		for _, o := range objs {
+			c.pokes[kindOf(o)] <- event.GenericEvent{Object: o.(client.Object)}
+		}
 	}
 	// An error requeues with backoff: a failed publish is retried until
-	// Redis takes it.
-	return ctrl.Result{}, err
+	// Redis takes it. Otherwise the plane is compiled again after resync
+	// even if nothing changed: Publish writes only when Redis does not hold
+	// this content, so a Redis that lost its data (a restart without
+	// persistence) gets the plane back within resync.
+	return ctrl.Result{RequeueAfter: c.resync}, err
 }
 
 // list reads every quota object of ns from the cache.

@@ -230,6 +230,22 @@ func TestManager(t *testing.T) {
 		}
 	})
 
+	// Next to last: it empties Redis under every plane.
+	t.Run("a Redis that lost its data gets the plane back", func(t *testing.T) {
+		ns := namespace(t, env, "flushed")
+		create(t, env, samples(t, ns))
+		want := samplePolicy(t, ns)
+		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+		waitPublished(t, env, r, want, plane)
+		if err := r.Client().FlushAll(ctx).Err(); err != nil { // a restart without persistence
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "the plane is published again, unchanged and with no object changed", func() bool {
+			p := current(t, r, ns+"/main")
+			return p != nil && p.Hash() == want.Hash()
+		})
+	})
+
 	// Last: it takes Redis away from the manager.
 	t.Run("a publish fails while Redis is away and lands when it is back", func(t *testing.T) {
 		ns := namespace(t, env, "outage")

@@ -61,7 +61,7 @@ func startManager(t *testing.T, env *testenv.Env, r *redistest.Server, leader bo
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	if err := Setup(mgr, Options{Redis: r.Client(), FleetInterval: 100 * time.Millisecond, ScaleDownDelay: time.Second, Registerer: reg}); err != nil {
+	if err := Setup(mgr, Options{Redis: r.Client(), FleetInterval: 100 * time.Millisecond, ScaleDownDelay: time.Second, Resync: time.Second, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -36,6 +36,10 @@ type Options struct {
 	// Registerer takes the manager's metrics. Default the registry
 	// controller-runtime serves on its metrics endpoint.
 	Registerer prometheus.Registerer
+	// Resync is how often each plane is compiled and published again when
+	// none of its objects changed, so that a Redis that lost its data gets
+	// the plane back. Default 10s.
+	Resync time.Duration
 }
 
 // maxRetryDelay bounds the backoff of a failing reconcile (controller-runtime's
@@ -72,6 +76,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Registerer == nil {
 		o.Registerer = ctrlmetrics.Registry
 	}
+	if o.Resync <= 0 {
+		o.Resync = 10 * time.Second
+	}
 	metrics, err := newManagerMetrics(o.Registerer)
 	if err != nil {
 		return err
@@ -102,7 +109,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		pokes[k.kind] = make(chan event.GenericEvent, 1024)
 		b = b.Watches(k.object(), byNamespace)
 	}
-	if err := b.Complete(&compiler{client: c, stores: st, verdicts: vs, recorder: recorder, metrics: metrics, pokes: pokes}); err != nil {
+	if err := b.Complete(&compiler{client: c, stores: st, verdicts: vs, recorder: recorder, metrics: metrics, pokes: pokes, resync: o.Resync}); err != nil {
 		return err
 	}
 

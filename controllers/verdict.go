@@ -73,6 +73,16 @@ func compilePlane(ctx context.Context, ns string, objs []runtime.Object, previou
 	}
 
 	p, problems := policy.Compile(objs)
+	if p == nil && v.version == 0 && v.planeName != "" {
+		// The first compile of this process, and the plane does not
+		// compile: what is in force is whatever an earlier manager
+		// published, so say so instead of "nothing is published".
+		if s, err := publisher(ns + "/" + v.planeName); err == nil {
+			if current, err := s.Current(ctx); err == nil {
+				v.version, v.hash, v.publishedPlane, v.fleet = current.Version(), current.Hash(), current.Plane(), current.Spec().Enforcer
+			}
+		}
+	}
 	for _, pr := range problems {
 		if pr.Name == "" {
 			// Not about one object (the namespace has no QuotaPlane).

@@ -40,3 +40,36 @@ func TestRenamedPlaneKeepsTheVersionsOwner(t *testing.T) {
 		t.Fatalf("verdict names plane %q, version %d of %q; want plane other, version %d still main's", v.planeName, v.version, v.publishedPlane, first.version)
 	}
 }
+
+// TestRestartedManagerNamesTheVersionInForce: a manager that starts while
+// its plane does not compile has no verdict of its own yet; it reads the
+// version in force from the store, so the objects do not say that nothing
+// is published, and the fleet keeps being scaled for that version.
+func TestRestartedManagerNamesTheVersionInForce(t *testing.T) {
+	r := redistest.Start(t)
+	st := &stores{redis: r.Client()}
+	ctx := context.Background()
+	objs := samples(t, "restart")
+	first, _, err := compilePlane(ctx, "restart", objs, nil, st.get)
+	if err != nil || first.version == 0 {
+		t.Fatalf("the samples: version %d, err %v", first.version, err)
+	}
+	var broken []runtime.Object
+	for _, o := range objs {
+		if qp, ok := o.(*v1alpha1.QuotaPlane); ok {
+			qp = qp.DeepCopy()
+			qp.Spec.Tiers = nil // no tiers: the plane does not compile
+			o = qp
+		}
+		broken = append(broken, o)
+	}
+	restarted := &stores{redis: r.Client()} // a new process: no verdicts, no stores
+	v, published, err := compilePlane(ctx, "restart", broken, nil, restarted.get)
+	if err != nil || published || len(v.planeProblems) == 0 {
+		t.Fatalf("an invalid plane: published %t, problems %v, err %v", published, v.planeProblems, err)
+	}
+	if v.version != first.version || v.hash != first.hash || v.publishedPlane != "main" || v.fleet != first.fleet {
+		t.Fatalf("verdict: version %d (hash %.12s) of %q, fleet %+v; want version %d (hash %.12s) of main, fleet %+v",
+			v.version, v.hash, v.publishedPlane, v.fleet, first.version, first.hash, first.fleet)
+	}
+}

@@ -48,6 +48,7 @@ func run() error {
 		leaderNS     = flag.String("leader-election-namespace", envflag.String("QUOTAPLANE_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader Lease (default: the pod's own) [QUOTAPLANE_LEADER_ELECTION_NAMESPACE]")
 		fleetEvery   = flag.Duration("fleet-interval", envflag.Duration("QUOTAPLANE_FLEET_INTERVAL", 5*time.Second), "how often enforcer reports are read and fleets resized [QUOTAPLANE_FLEET_INTERVAL]")
 		scaleDown    = flag.Duration("scale-down-delay", envflag.Duration("QUOTAPLANE_SCALE_DOWN_DELAY", 5*time.Minute), "how long a lower replica count must be wanted before a fleet shrinks [QUOTAPLANE_SCALE_DOWN_DELAY]")
+		resync       = flag.Duration("resync-interval", envflag.Duration("QUOTAPLANE_RESYNC_INTERVAL", 10*time.Second), "how often every plane is compiled and published again, so that a Redis that lost its data gets it back [QUOTAPLANE_RESYNC_INTERVAL]")
 	)
 	// controller-runtime registers -kubeconfig on the default flag set.
 	flag.Parse()
@@ -86,7 +87,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("create the manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Redis: rdb, FleetInterval: *fleetEvery, ScaleDownDelay: *scaleDown}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{Redis: rdb, FleetInterval: *fleetEvery, ScaleDownDelay: *scaleDown, Resync: *resync}); err != nil {
 		return fmt.Errorf("set up the controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
