@@ -12,6 +12,10 @@
 # FairShares) plus the burst pool's ceiling; it plots the first repeat of
 # each mode into docs/experiments/img/01-*.png.
 #
+# A third arm, floors: maxmin on plane-floors/, plane/ with the free tier's
+# floor raised from 5% to 20%, above the free tenants' demand; analyzed
+# against its own plane, plotted into docs/experiments/img/01-floors-*.png.
+#
 #   RESULTS=/tmp/quotaplane-experiments/01-noisy-neighbour   raw output
 #   REPEATS=3
 #   ANALYZE_ONLY=1   skip the runs, analyze what RESULTS holds
@@ -22,25 +26,33 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 RESULTS="${RESULTS:-/tmp/quotaplane-experiments/01-noisy-neighbour}"
 REPEATS="${REPEATS:-3}"
 PLANE=hack/experiments/01-noisy-neighbour/plane
+FLOORS=hack/experiments/01-noisy-neighbour/plane-floors
 SPIKE=whale-1:300000:10s:20s
 
 mkdir -p "$RESULTS" docs/experiments/img
 go run ./cmd/enforcer check "$PLANE"
+go run ./cmd/enforcer check "$FLOORS"
 go build -o "$RESULTS/load" ./cmd/load
 go build -o "$RESULTS/analyze" ./hack/experiments/01-noisy-neighbour/analyze
 
 declare -A dirs
 for i in $(seq 1 "$REPEATS"); do
-	for fairness in none maxmin; do
-		out="$RESULTS/$fairness-$i"
-		dirs[$fairness]="${dirs[$fairness]:+${dirs[$fairness]},}$out"
+	for arm in none maxmin floors; do
+		out="$RESULTS/$arm-$i"
+		dirs[$arm]="${dirs[$arm]:+${dirs[$arm]},}$out"
 		[[ -n "${ANALYZE_ONLY:-}" ]] && continue
-		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$PLANE" -fairness "$fairness" -seed 1 \
+		plane=$PLANE fairness=$arm
+		[[ $arm == floors ]] && plane=$FLOORS fairness=maxmin
+		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$plane" -fairness "$fairness" -seed 1 \
 			-rate 10000 -mix read=1 -duration 30s -warmup 2s -spike "$SPIKE" -quiet -out "$out" >"$out.txt"
-		echo "== $fairness, run $i: $out" && cat "$out.txt"
+		echo "== $arm, run $i: $out" && cat "$out.txt"
 	done
 done
 
 echo
 "$RESULTS/analyze" -policy "$PLANE" -from 10s -to 20s -spike whale-1:300000 -img docs/experiments/img/01- \
 	none="${dirs[none]}" maxmin="${dirs[maxmin]}"
+echo
+echo "== floors: plane-floors/ (free floor 20%)"
+"$RESULTS/analyze" -policy "$FLOORS" -from 10s -to 20s -spike whale-1:300000 -img docs/experiments/img/01-floors- \
+	maxmin="${dirs[floors]}"
