@@ -57,7 +57,7 @@ if [ -f "$dir/summary.json" ]; then
 	awk -F, 'NR > 1 { n++; if ($14 + 0 > lag) { lag = $14; t = $1 } if ($11 + 0 > p99) { p99 = $11; tp = $1 } if ($14 + 0 > 10000) late++; if ($14 + 0 > 1000000) later++ }
 		END { printf "worst second (scheduled): decision p99 %.0f µs (t=%d s), generator lag p99 %.0f µs (t=%d s); seconds whose lag p99 is over 10 ms: %d of %d, over 1 s: %d\n", p99, tp, lag, t, late, n, later }' "$dir/seconds.csv"
 	echo "decided per second of wall time, by minute (tokens.csv):"
-	awk -F, 'NR > 1 { m = int($1 / 60); s[m] += $4; c[m]++ } END { for (i = 0; i in s; i++) printf "  minute %d: %.0f/s\n", i + 1, s[i] / c[i] }' "$dir/tokens.csv"
+	awk -F, 'NR > 1 { m = int($1 / 60); s[m] += $4; c[m]++ } END { for (i = 0; i in s; i++) printf "  minute %d (%d s): %.0f/s\n", i + 1, c[i], s[i] / c[i] }' "$dir/tokens.csv"
 fi
 
 dir="$RESULTS/central"
