@@ -83,7 +83,7 @@ kustomize-build: $(KUSTOMIZE) ## Print what `kubectl apply -k config/default` in
 	@$(KUSTOMIZE) build config/default
 
 .PHONY: kind-e2e
-kind-e2e: ## Build both images, install everything on a kind cluster, check a 200 and a 429 (needs kind, kubectl, docker or podman).
+kind-e2e: ## Build both images, install everything on a kind cluster, run test/e2e against it (needs kind, kubectl, curl, go, docker or podman).
 	hack/kind-e2e.sh
 
 ##@ Tools

@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
-# Installs quotaplane on a kind cluster the way a user would and checks one
-# decision each way: builds both images from Dockerfile.manager and
+# Installs quotaplane on a kind cluster the way a user would and runs the
+# end-to-end suite against it: builds both images from Dockerfile.manager and
 # Dockerfile.enforcer, loads them into the cluster, runs
 # `kubectl apply -k config/default`, applies the sample plane
 # (config/samples/) in quotaplane-system, waits until the manager has
-# published its policy and the enforcers are ready, then asks the enforcer
-# Service for a free-tier tenant's whole burst twice: the first answer must be
-# 200, the next a 429 naming the limit (X-Quota-Level).
+# published its policy and the enforcers are ready, and asks the enforcer
+# Service for a free-tier tenant's whole burst twice (the first answer must
+# be 200, the next a 429 naming the limit). Then it forwards local ports to
+# the Redis and to every enforcer pod and runs test/e2e
+# (QUOTAPLANE_E2E_CLUSTER=1): 200s and attributed 429s on every enforcer,
+# 100 limit edits timed until every enforcer reports them, the new limit
+# enforced, the QuotaPlane's enforcersReady.
 #
-# Needs kind, kubectl, curl and a container engine: docker, or podman with
-# KIND_EXPERIMENTAL_PROVIDER=podman.
+# Needs kind, kubectl, curl, go and a container engine: docker, or podman
+# with KIND_EXPERIMENTAL_PROVIDER=podman.
 #
 #   KIND_CLUSTER=name    the cluster (default quotaplane-e2e); reused when it exists
 #   KEEP_CLUSTER=1       keep the cluster afterwards (by default it is deleted,
 #                        whether the run passed or not, reused or not)
-#   LOCAL_PORT=18080     the local port the enforcer Service is forwarded to
+#   LOCAL_PORT=18080     the local port the enforcer Service is forwarded to;
+#                        the Redis gets LOCAL_PORT+1, enforcer pod i
+#                        LOCAL_PORT+10+2i (API) and LOCAL_PORT+11+2i (admin)
 #   TIMEOUT_SECONDS=300  how long each wait may take
 #
-# The Go end-to-end suite (test/e2e) runs against its own API server
-# (pkg/testenv), not this cluster: `make test` runs it.
+# `make test` runs the same suite on this machine's own API server, manager
+# and enforcer processes (test/e2e without QUOTAPLANE_E2E_CLUSTER).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -50,6 +56,7 @@ need() {
 need kind "install it from https://kind.sigs.k8s.io/docs/user/quick-start/#installation"
 need kubectl "install it from https://kubernetes.io/docs/tasks/tools/"
 need curl "install it with your package manager"
+need go "install it from https://go.dev/dl/ (the e2e suite is a Go test)"
 if [[ "${KIND_EXPERIMENTAL_PROVIDER:-}" == podman ]]; then
 	ENGINE=podman
 	need podman "KIND_EXPERIMENTAL_PROVIDER=podman asks for podman; install it or unset KIND_EXPERIMENTAL_PROVIDER to use docker"
@@ -68,10 +75,10 @@ k() { kubectl --context "kind-$KIND_CLUSTER" "$@"; }
 
 cleanup() {
 	local rc=$?
-	if [[ -n "$pf_pid" ]]; then
-		kill "$pf_pid" 2>/dev/null || true
-		wait "$pf_pid" 2>/dev/null || true
-	fi
+	for pid in $pf_pid; do
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
 	if [[ $rc -ne 0 && $cluster_up -eq 1 ]]; then
 		printf '\nkind-e2e: FAILED (exit %d); the state of %s:\n' "$rc" "$NAMESPACE" >&2
 		k -n "$NAMESPACE" get deployments,pods,services -o wide >&2 || true
@@ -81,10 +88,11 @@ cleanup() {
 			printf '\n--- logs of deployment/%s\n' "$d" >&2
 			k -n "$NAMESPACE" logs "deployment/$d" --all-containers --tail=50 >&2 || true
 		done
-		if [[ -s "$work/port-forward.log" ]]; then
-			printf '\n--- kubectl port-forward\n' >&2
-			cat "$work/port-forward.log" >&2
-		fi
+		for f in "$work"/port-forward*.log; do
+			[[ -s "$f" ]] || continue
+			printf '\n--- kubectl port-forward (%s)\n' "${f##*/}" >&2
+			cat "$f" >&2
+		done
 	fi
 	if [[ $cluster_up -eq 1 && "$KEEP_CLUSTER" != 1 ]]; then
 		log "deleting kind cluster $KIND_CLUSTER (KEEP_CLUSTER=1 keeps it)"
@@ -210,6 +218,47 @@ done
 level=$(header X-Quota-Level)
 [[ -n "$level" ]] || die "the 429 has no X-Quota-Level header: $(cat "$work/headers")"
 
+# forward name target ports...: a kubectl port-forward in the background,
+# logged to $work/port-forward-name.log; waits until the first local port
+# answers HTTP (or, for Redis, accepts a connection).
+forward() {
+	local name=$1 target=$2
+	shift 2
+	kubectl --context "kind-$KIND_CLUSTER" -n "$NAMESPACE" port-forward "$target" "$@" >"$work/port-forward-$name.log" 2>&1 &
+	local pid=$!
+	pf_pid="$pf_pid $pid"
+	local first=${1%%:*} deadline=$((SECONDS + 30))
+	until (exec 3<>"/dev/tcp/127.0.0.1/$first") 2>/dev/null; do
+		kill -0 "$pid" 2>/dev/null || die "kubectl port-forward $target exited: $(cat "$work/port-forward-$name.log")"
+		((SECONDS < deadline)) || die "localhost:$first ($target) does not answer after 30s"
+		sleep 1
+	done
+}
+
+log "forwarding the Redis and every enforcer pod for the e2e suite"
+redis_port=$((LOCAL_PORT + 1))
+forward redis service/quotaplane-redis "$redis_port:6379"
+enforcers=""
+i=0
+for pod in $(k -n "$NAMESPACE" get pods -l app.kubernetes.io/name=quotaplane-enforcer \
+	--field-selector=status.phase=Running -o jsonpath='{.items[*].metadata.name}'); do
+	api=$((LOCAL_PORT + 10 + 2 * i)) admin=$((LOCAL_PORT + 11 + 2 * i))
+	forward "$pod" "pod/$pod" "$api:8080" "$admin:9090"
+	enforcers="${enforcers:+$enforcers,}$pod=127.0.0.1:$api/127.0.0.1:$admin"
+	i=$((i + 1))
+done
+[[ $i -gt 0 ]] || die "no running enforcer pod"
+# The Redis password, when the optional Secret sets one.
+password=$(k -n "$NAMESPACE" get secret quotaplane-redis -o jsonpath='{.data.password}' 2>/dev/null | base64 -d || true)
+
+log "go test ./test/e2e/ against kind-$KIND_CLUSTER ($i enforcers)"
+kubeconfig="$work/kubeconfig"
+kind get kubeconfig --name "$KIND_CLUSTER" >"$kubeconfig"
+KUBECONFIG="$kubeconfig" QUOTAPLANE_E2E_CLUSTER=1 QUOTAPLANE_E2E_NAMESPACE="$NAMESPACE" \
+	QUOTAPLANE_E2E_REDIS="127.0.0.1:$redis_port" QUOTAPLANE_REDIS_PASSWORD="$password" QUOTAPLANE_E2E_ENFORCERS="$enforcers" \
+	go test -count=1 -run TestEndToEnd -v ./test/e2e/ | tee "$work/e2e.log"
+grep -q '^--- PASS: TestEndToEnd' "$work/e2e.log" || die "the e2e suite failed"
+
 cat <<EOF
 
 kind-e2e: PASS
@@ -219,5 +268,5 @@ kind-e2e: PASS
   published        quotaplane/$PLANE version $version
   first request    200
   over the burst   429, X-Quota-Level: $level, Retry-After: $(header Retry-After), X-Quota-Reason: $(header X-Quota-Reason)
-  Go e2e suite     not run here: test/e2e starts its own API server (make test)
+  Go e2e suite     passed against $i enforcer pods: $(grep -o 'p50 [^,]*, p99 [^,]*' "$work/e2e.log" | head -1) from a limit edit to every enforcer running it
 EOF

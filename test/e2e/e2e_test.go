@@ -1,13 +1,23 @@
-// Package e2e runs the whole chain on one machine: a real API server
-// (envtest's kube-apiserver and etcd), the real manager binary, a real Redis
-// with a password, and two real enforcer processes, driven over HTTP and
-// the Kubernetes API. hack/kind-e2e.sh runs the same checks on a kind
-// cluster where a container engine exists.
+// Package e2e runs the whole chain: a real API server, the real manager, a
+// real Redis and real enforcers, driven over HTTP and the Kubernetes API.
+//
+// By default it starts all of it on this machine: envtest's kube-apiserver
+// and etcd, the manager binary, a Redis with a password, and two enforcer
+// processes. With QUOTAPLANE_E2E_CLUSTER=1 it runs the same checks against
+// a cluster where quotaplane is installed (hack/kind-e2e.sh sets this up on
+// kind):
+//
+//	KUBECONFIG                    the cluster (default: ~/.kube/config)
+//	QUOTAPLANE_E2E_NAMESPACE      where the samples go (default quotaplane-system)
+//	QUOTAPLANE_E2E_REDIS          host:port of the cluster's Redis (a port-forward)
+//	QUOTAPLANE_REDIS_PASSWORD     its password, if it has one
+//	QUOTAPLANE_E2E_ENFORCERS      every enforcer pod as name=API-host:port/admin-host:port, comma-separated (port-forwards)
 package e2e
 
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -21,13 +31,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kubeconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/controllers"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
@@ -35,18 +49,39 @@ import (
 )
 
 const (
-	ns       = "e2e"
-	plane    = ns + "/main" // the QuotaPlane of config/samples
 	password = "e2e-redis-password-must-not-be-logged"
 	// edits is how many limit edits the propagation measurement makes.
 	edits = 100
 )
 
+// chain is the system under test, however it was started.
+type chain struct {
+	client    client.Client
+	namespace string
+	store     *store.Store // the plane's policy store in the chain's Redis
+	enforcers []*enforcerProc
+	// processes are the ones this test started; their output must never
+	// hold the Redis password.
+	processes []*process
+}
+
 func TestEndToEnd(t *testing.T) {
+	var c *chain
+	if os.Getenv("QUOTAPLANE_E2E_CLUSTER") != "" {
+		c = clusterChain(t)
+	} else {
+		c = localChain(t)
+	}
+	c.run(t)
+}
+
+// localChain starts the whole chain on this machine.
+func localChain(t *testing.T) *chain {
+	const ns = "e2e"
+	plane := ns + "/main" // the QuotaPlane of config/samples
 	bins := build(t, "manager", "enforcer")
 	env := testenv.Start(t)
 	r := redistest.Start(t, "--requirepass", password)
-	ctx := context.Background()
 
 	// The manager, as an operator runs it: its own kubeconfig, leader
 	// election on, the Redis password from the environment.
@@ -54,93 +89,157 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := admin.KubeConfig()
+	config, err := admin.KubeConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+	configPath := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(configPath, config, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	redisEnv := "QUOTAPLANE_REDIS_PASSWORD=" + password
-	manager := start(t, bins["manager"], []string{redisEnv},
-		"-kubeconfig", kubeconfigPath, "-redis-addr", r.Addr,
+	c := &chain{client: env.Client, namespace: ns}
+	c.processes = append(c.processes, start(t, bins["manager"], []string{redisEnv},
+		"-kubeconfig", configPath, "-redis-addr", r.Addr,
 		"-leader-elect", "-leader-election-namespace", "default",
 		"-metrics-bind-address", "0", "-health-probe-bind-address", "127.0.0.1:"+freePort(t),
-		"-fleet-interval", "200ms")
+		"-fleet-interval", "200ms"))
 
 	// Two enforcers following the plane in the policy store.
-	var enforcers []*enforcerProc
 	for i := range 2 {
 		e := &enforcerProc{id: "e2e-enforcer-" + strconv.Itoa(i), api: "127.0.0.1:" + freePort(t), admin: "127.0.0.1:" + freePort(t)}
-		e.proc = start(t, bins["enforcer"], []string{redisEnv},
-			"-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin)
-		enforcers = append(enforcers, e)
+		c.processes = append(c.processes, start(t, bins["enforcer"], []string{redisEnv},
+			"-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin))
+		c.enforcers = append(c.enforcers, e)
 	}
-
-	// Apply the samples.
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	if c.store, err = store.New(r.Client(), plane); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// clusterChain reaches a chain installed in a cluster (see the package doc).
+func clusterChain(t *testing.T) *chain {
+	need := func(name string) string {
+		v := os.Getenv(name)
+		if v == "" {
+			t.Fatalf("QUOTAPLANE_E2E_CLUSTER is set but %s is not (see the package doc)", name)
+		}
+		return v
+	}
+	ns := os.Getenv("QUOTAPLANE_E2E_NAMESPACE")
+	if ns == "" {
+		ns = "quotaplane-system"
+	}
+	cfg, err := kubeconfig.GetConfig()
+	if err != nil {
+		t.Fatalf("the cluster: %v", err)
+	}
+	kc, err := client.New(cfg, client.Options{Scheme: controllers.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: need("QUOTAPLANE_E2E_REDIS"), Password: os.Getenv("QUOTAPLANE_REDIS_PASSWORD"), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	c := &chain{client: kc, namespace: ns}
+	if c.store, err = store.New(rdb, ns+"/main"); err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range strings.Split(need("QUOTAPLANE_E2E_ENFORCERS"), ",") {
+		id, addrs, ok1 := strings.Cut(spec, "=")
+		api, admin, ok2 := strings.Cut(addrs, "/")
+		if !ok1 || !ok2 {
+			t.Fatalf("QUOTAPLANE_E2E_ENFORCERS: %q is not name=API-host:port/admin-host:port", spec)
+		}
+		c.enforcers = append(c.enforcers, &enforcerProc{id: id, api: api, admin: admin})
+	}
+	return c
+}
+
+// apply creates obj, or makes an existing one what obj says (a chain that
+// ran before holds the samples, edited).
+func (c *chain) apply(t *testing.T, obj client.Object) {
+	t.Helper()
+	ctx := context.Background()
+	err := c.client.Create(ctx, obj)
+	if apierrors.IsAlreadyExists(err) {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			existing := obj.DeepCopyObject().(client.Object)
+			if err := c.client.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
+				return err
+			}
+			obj.SetResourceVersion(existing.GetResourceVersion())
+			return c.client.Update(ctx, obj)
+		})
+	}
+	if err != nil {
+		t.Fatalf("apply %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// run applies the samples and checks the chain.
+func (c *chain) run(t *testing.T) {
+	ctx := context.Background()
+	n := len(c.enforcers)
 	objs, err := policy.ReadDir(filepath.Join(testenv.Root(), "config", "samples"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
 		obj := o.(client.Object)
-		obj.SetNamespace(ns)
-		if err := env.Client.Create(ctx, obj); err != nil {
-			t.Fatalf("apply %T %s: %v", o, obj.GetName(), err)
-		}
+		obj.SetNamespace(c.namespace)
+		c.apply(t, obj.DeepCopyObject().(client.Object))
 	}
 	want, _ := policy.Compile(objs)
-	s, err := store.New(r.Client(), plane)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "both enforcers run the compiled samples", func() bool {
-		p, err := s.Current(ctx)
-		return err == nil && p.Hash() == want.Hash() && reportedAtLeast(ctx, t, s, p.Version()) == 2
+	eventually(t, 60*time.Second, fmt.Sprintf("all %d enforcers run the compiled samples", n), func() bool {
+		p, err := c.store.Current(ctx)
+		return err == nil && p.Hash() == want.Hash() && reportedAtLeast(ctx, t, c.store, p.Version()) >= n
 	})
-	for _, e := range enforcers {
+	for _, e := range c.enforcers {
 		eventually(t, 10*time.Second, e.id+" is ready", func() bool { return e.get(t, "/readyz") == http.StatusOK })
 	}
 
-	// 200s, and 429s that name the limit that fired, on both enforcers.
-	for _, e := range enforcers {
-		// free-trial is a free tenant: 50/s with a burst of 100.
-		expect(t, e.decide(t, "read", "free-trial", "", 100), http.StatusOK, "")
-		expect(t, e.decide(t, "read", "free-trial", "", 1), http.StatusTooManyRequests, "tenant")
-		// acme-partner is an api key of acme limited to 10/s, burst 20.
+	// 200s, and 429s that name the limit that fired, on every enforcer.
+	// Tenants the samples do not name are free tenants, fresh in every run.
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i, e := range c.enforcers {
+		fresh := func(role string) string { return "e2e-" + role + "-" + run + "-" + strconv.Itoa(i) }
+		// Free tenants: 50 tokens/s with a burst of 100.
+		expect(t, e.decide(t, "read", fresh("reader"), "", 100), http.StatusOK, "")
+		expect(t, e.decide(t, "read", fresh("reader"), "", 1), http.StatusTooManyRequests, "tenant")
+		// acme-partner is an api key of acme limited to 10/s, burst 20; it
+		// refills within 2 s, before a later run.
 		expect(t, e.decide(t, "read", "acme", "acme-partner", 20), http.StatusOK, "")
 		expect(t, e.decide(t, "read", "acme", "acme-partner", 1), http.StatusTooManyRequests, "key")
 		expect(t, e.decide(t, "read", "acme", "acme-batch", 1), http.StatusOK, "")
-		// An unknown tenant is free; free tenants write at most 50 tokens
-		// at once (10 writes of cost 5).
+		// Free tenants write at most 50 tokens at once (10 writes of cost 5).
 		for range 10 {
-			expect(t, e.decide(t, "write", "e2e-writer", "", 1), http.StatusOK, "")
+			expect(t, e.decide(t, "write", fresh("writer"), "", 1), http.StatusOK, "")
 		}
-		expect(t, e.decide(t, "write", "e2e-writer", "", 1), http.StatusTooManyRequests, "endpoint")
+		expect(t, e.decide(t, "write", fresh("writer"), "", 1), http.StatusTooManyRequests, "endpoint")
 	}
 
 	// Edit a limit with the API client, again and again, and time each
-	// edit until both enforcers report the version that holds it.
-	tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "globex"}}
+	// edit until every enforcer reports the version that holds it.
+	tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "globex"}}
 	var took []time.Duration
 	for i := range edits {
-		took = append(took, edit(t, env, s, tq, &v1alpha1.Limit{Rate: int64(600 + i), Burst: 1200}))
+		took = append(took, c.edit(t, tq, &v1alpha1.Limit{Rate: int64(600 + i), Burst: 1200}))
 	}
 	slices.Sort(took)
 	p50, p99 := took[len(took)/2], took[(len(took)*99+99)/100-1]
-	t.Logf("edit → both enforcers report the new version, %d edits: p50 %s, p99 %s, max %s (target p99 ≤ 1s)",
-		edits, p50.Round(time.Millisecond), p99.Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	t.Logf("edit → all %d enforcers report the new version, %d edits: p50 %s, p99 %s, max %s (target p99 ≤ 1s)",
+		n, edits, p50.Round(time.Millisecond), p99.Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 	if p99 > time.Second {
-		t.Errorf("p99 %s from an edit to both enforcers running it; the target is 1s", p99)
+		t.Errorf("p99 %s from an edit to every enforcer running it; the target is 1s", p99)
 	}
 
 	// The new limit is enforced: 5 tokens that do not refill this hour.
-	edit(t, env, s, tq, &v1alpha1.Limit{Rate: 1, Burst: 5, Period: &metav1.Duration{Duration: time.Hour}})
-	for _, e := range enforcers {
+	c.edit(t, tq, &v1alpha1.Limit{Rate: 1, Burst: 5, Period: &metav1.Duration{Duration: time.Hour}})
+	for _, e := range c.enforcers {
 		admitted := 0
 		for range 8 {
 			switch a := e.decide(t, "read", "globex", "", 1); {
@@ -159,17 +258,20 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The QuotaPlane's status counts the enforcers that run its version.
-	qp := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
-	eventually(t, 10*time.Second, "the QuotaPlane shows 2 enforcers ready", func() bool {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(qp), qp); err != nil {
+	qp := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "main"}}
+	eventually(t, 10*time.Second, fmt.Sprintf("the QuotaPlane shows %d enforcers ready", n), func() bool {
+		if err := c.client.Get(ctx, client.ObjectKeyFromObject(qp), qp); err != nil {
 			t.Fatal(err)
 		}
-		p, err := s.Current(ctx)
-		return err == nil && qp.Status.PublishedVersion == p.Version() && qp.Status.EnforcersReady == 2
+		p, err := c.store.Current(ctx)
+		return err == nil && qp.Status.PublishedVersion == p.Version() && qp.Status.EnforcersReady >= int32(n)
 	})
 
 	// No process ever printed the Redis password.
-	for _, proc := range append([]*process{manager}, enforcers[0].proc, enforcers[1].proc) {
+	if len(c.processes) == 0 {
+		t.Log("the chain runs elsewhere: its logs are not checked for the Redis password")
+	}
+	for _, proc := range c.processes {
 		if strings.Contains(proc.output(), password) {
 			t.Errorf("%s logged the Redis password", proc.name)
 		}
@@ -193,34 +295,34 @@ func reportedAtLeast(ctx context.Context, t *testing.T, s *store.Store, version 
 
 // edit sets a TenantQuota's limit with the API client (again on conflicts:
 // the manager writes its status meanwhile) and returns how long it took
-// until both enforcers reported the version after the one in force.
-func edit(t *testing.T, env *testenv.Env, s *store.Store, tq *v1alpha1.TenantQuota, limit *v1alpha1.Limit) time.Duration {
+// until every enforcer reported the version after the one in force.
+func (c *chain) edit(t *testing.T, tq *v1alpha1.TenantQuota, limit *v1alpha1.Limit) time.Duration {
 	t.Helper()
 	ctx := context.Background()
-	before, err := s.Current(ctx)
+	before, err := c.store.Current(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tq), tq); err != nil {
+		if err := c.client.Get(ctx, client.ObjectKeyFromObject(tq), tq); err != nil {
 			return err
 		}
 		tq.Spec.Limit = limit
-		return env.Client.Update(context.Background(), tq)
+		return c.client.Update(ctx, tq)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "both enforcers report the edit", func() bool {
-		return reportedAtLeast(ctx, t, s, before.Version()+1) == 2
+	eventually(t, 10*time.Second, "every enforcer reports the edit", func() bool {
+		return reportedAtLeast(ctx, t, c.store, before.Version()+1) >= len(c.enforcers)
 	})
 	return time.Since(start)
 }
 
+// enforcerProc is one enforcer's API and admin addresses (host:port).
 type enforcerProc struct {
 	id, api, admin string
-	proc           *process
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
