@@ -43,7 +43,12 @@
 // milliseconds (test/e2e measures it).
 //
 // A reconcile that fails (Redis away) is retried with backoff capped at
-// maxRetryDelay, and the objects say PublishFailed meanwhile.
+// maxRetryDelay, and the objects say PublishFailed meanwhile. A reconcile
+// that succeeds comes back after Options.Resync (10 s) whatever happens, and
+// publishes again if Redis no longer holds the content: a Redis restarted
+// without persistence gets its planes back. A manager that starts while a
+// plane does not compile reads the version in force from the store, so the
+// objects name it and the fleet keeps being scaled for it.
 //
 // All controllers run only on the elected leader, so two managers never
 // publish or scale at the same time.

@@ -22,16 +22,7 @@ func TestRenamedPlaneKeepsTheVersionsOwner(t *testing.T) {
 	if err != nil || first.version == 0 || first.publishedPlane != "main" {
 		t.Fatalf("the samples: version %d of plane %q, err %v; want a version of main", first.version, first.publishedPlane, err)
 	}
-	var renamed []runtime.Object
-	for _, o := range objs {
-		if qp, ok := o.(*v1alpha1.QuotaPlane); ok {
-			qp = qp.DeepCopy()
-			qp.Name = "other"
-			qp.Spec.Tiers = nil // no tiers: the plane does not compile
-			o = qp
-		}
-		renamed = append(renamed, o)
-	}
+	renamed := brokenPlane(objs, "other")
 	v, published, err := compilePlane(ctx, "rename", renamed, first, st.get)
 	if err != nil || published {
 		t.Fatalf("an invalid plane published (%t) or failed: %v", published, err)
@@ -54,15 +45,7 @@ func TestRestartedManagerNamesTheVersionInForce(t *testing.T) {
 	if err != nil || first.version == 0 {
 		t.Fatalf("the samples: version %d, err %v", first.version, err)
 	}
-	var broken []runtime.Object
-	for _, o := range objs {
-		if qp, ok := o.(*v1alpha1.QuotaPlane); ok {
-			qp = qp.DeepCopy()
-			qp.Spec.Tiers = nil // no tiers: the plane does not compile
-			o = qp
-		}
-		broken = append(broken, o)
-	}
+	broken := brokenPlane(objs, "main")
 	restarted := &stores{redis: r.Client()} // a new process: no verdicts, no stores
 	v, published, err := compilePlane(ctx, "restart", broken, nil, restarted.get)
 	if err != nil || published || len(v.planeProblems) == 0 {
@@ -72,4 +55,20 @@ func TestRestartedManagerNamesTheVersionInForce(t *testing.T) {
 		t.Fatalf("verdict: version %d (hash %.12s) of %q, fleet %+v; want version %d (hash %.12s) of main, fleet %+v",
 			v.version, v.hash, v.publishedPlane, v.fleet, first.version, first.hash, first.fleet)
 	}
+}
+
+// brokenPlane is objs with their QuotaPlane named name and without tiers, so
+// that the plane does not compile.
+func brokenPlane(objs []runtime.Object, name string) []runtime.Object {
+	var out []runtime.Object
+	for _, o := range objs {
+		if qp, ok := o.(*v1alpha1.QuotaPlane); ok {
+			qp = qp.DeepCopy()
+			qp.Name = name
+			qp.Spec.Tiers = nil
+			o = qp
+		}
+		out = append(out, o)
+	}
+	return out
 }
