@@ -17,7 +17,9 @@
 // -urls; -target null decides nothing and admits everything, to measure the
 // generator itself.
 //
-// Output: a summary on stdout, a progress line every second on stderr, and
+// Output: a summary on stdout (with an in-process target, the admitted
+// tokens against the plane's global limit), a progress line every second
+// on stderr, and
 // with -out DIR: summary.json, tenants.csv, seconds.csv, tokens.csv (real
 // time: admitted tokens per second of wall time, the clock the limits
 // refill on) and PNG plots.
@@ -139,6 +141,7 @@ func run() error {
 
 	var t load.Target
 	var orc *load.BucketOracle
+	var global *policy.Limit // the plane's, for an in-process target
 	switch *target {
 	case "null":
 		t = load.Null{}
@@ -157,6 +160,8 @@ func run() error {
 		if pol, err = pol.Override(o); err != nil {
 			return err
 		}
+		g := pol.Global()
+		global = &g
 		if *oracle {
 			if orc, err = load.NewBucketOracle(pol); err != nil {
 				return err
@@ -199,6 +204,9 @@ func run() error {
 	res, err := load.Run(ctx, b, t, opts)
 	if err != nil {
 		return err
+	}
+	if global != nil && global.Rate > 0 {
+		res.AgainstLimit(float64(global.Rate)/global.Period.Seconds(), float64(global.Burst))
 	}
 	res.Print(os.Stdout)
 	if orc != nil {

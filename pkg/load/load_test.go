@@ -349,6 +349,12 @@ func TestTokensCounted(t *testing.T) {
 	if got := res.AdmittedTokensPerWallSec * res.Wall; math.Abs(got-float64(wallAdmitted)) > 0.5 {
 		t.Errorf("admitted tokens per wall second × wall = %.1f, want %d", got, wallAdmitted)
 	}
+	// Two engines in mode local each enforce the hand plane's global limit
+	// (100 tokens/s, burst 100) on their own: together at most twice it.
+	res.AgainstLimit(200, 200)
+	if want := float64(wallAdmitted)/(200*res.Wall+200) - 1; math.Abs(res.GlobalOverage-want) > 1e-9 || res.GlobalOverage > 0.01 {
+		t.Errorf("against twice the global limit: %+.2f%% (want %+.2f%%, and not over)", 100*res.GlobalOverage, 100*want)
+	}
 	dir := t.TempDir()
 	if err := res.Write(dir); err != nil {
 		t.Fatal(err)

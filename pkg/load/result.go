@@ -26,13 +26,18 @@ type Result struct {
 	WallSeconds         []WallSecond           `json:"-"`               // in tokens.csv; real time only
 	// AdmittedTokensPerWallSec is every admitted token over the wall time
 	// (real time only): against a global limit, it is what was enforced.
-	AdmittedTokensPerWallSec float64   `json:"admittedTokensPerWallSecond,omitempty"`
-	Latency                  Quantiles `json:"latency"`
-	VictimLatency            Quantiles `json:"victimLatency"`
-	Lag                      Quantiles `json:"generatorLag"`
-	OracleChecked            int64     `json:"oracleChecked,omitempty"`
-	OracleMismatches         int64     `json:"oracleMismatches,omitempty"`
-	Errors                   int64     `json:"errors"`
+	AdmittedTokensPerWallSec float64 `json:"admittedTokensPerWallSecond,omitempty"`
+	// Scheduled is the run's length as scheduled, in seconds.
+	Scheduled float64 `json:"scheduledSeconds"`
+	// GlobalLimitPerSec and GlobalOverage are set by AgainstLimit.
+	GlobalLimitPerSec float64   `json:"globalLimitPerSecond,omitempty"`
+	GlobalOverage     float64   `json:"globalOverage,omitempty"`
+	Latency           Quantiles `json:"latency"`
+	VictimLatency     Quantiles `json:"victimLatency"`
+	Lag               Quantiles `json:"generatorLag"`
+	OracleChecked     int64     `json:"oracleChecked,omitempty"`
+	OracleMismatches  int64     `json:"oracleMismatches,omitempty"`
+	Errors            int64     `json:"errors"`
 }
 
 // Quantiles of a latency distribution, in microseconds.
@@ -63,7 +68,7 @@ type SecondResult struct {
 
 func newResult(b *Built, o *Options, c *counts, wall time.Duration) *Result {
 	r := &Result{Profile: b.Summary(), Wall: wall.Seconds(), Tiers: map[string]TenantCount{},
-		Measured: b.Duration.Seconds() - o.Warmup.Seconds()}
+		Measured: b.Duration.Seconds() - o.Warmup.Seconds(), Scheduled: b.Duration.Seconds()}
 	for i, tc := range c.tenants {
 		r.Tenants = append(r.Tenants, TenantResult{b.Tenants[i], tc})
 		tier := r.Tiers[b.Tenants[i].Tier]
@@ -102,6 +107,29 @@ func newResult(b *Built, o *Options, c *counts, wall time.Duration) *Result {
 	r.Latency, r.VictimLatency, r.Lag = quantiles(&all), quantiles(&victims), quantiles(&lag)
 	r.DecisionsPerWallSec = float64(decisions) / wall.Seconds()
 	return r
+}
+
+// AgainstLimit compares every admitted token of the run, warmup included,
+// with a global limit of perSec tokens per second and burst: GlobalOverage
+// = admitted / (perSec × elapsed + burst) − 1, the bucket starting full,
+// where elapsed is the wall time in real time (the clock the limit refills
+// on, longer than the schedule when the run fell behind) and the scheduled
+// time in virtual time. Negative means under the limit.
+func (r *Result) AgainstLimit(perSec, burst float64) {
+	var tokens int64
+	elapsed := r.Wall
+	if len(r.WallSeconds) > 0 {
+		for _, w := range r.WallSeconds {
+			tokens += w.AdmittedTokens
+		}
+	} else {
+		for _, s := range r.Seconds {
+			tokens += s.AdmittedTokens
+		}
+		elapsed = r.Scheduled
+	}
+	r.GlobalLimitPerSec = perSec
+	r.GlobalOverage = float64(tokens)/(perSec*elapsed+burst) - 1
 }
 
 // Write stores the result in dir: summary.json, tenants.csv (every tenant),
@@ -187,6 +215,9 @@ func (r *Result) Print(w io.Writer) {
 	}
 	if r.AdmittedTokensPerWallSec > 0 {
 		fmt.Fprintf(w, "admitted %.0f tokens/s over the wall time\n", r.AdmittedTokensPerWallSec)
+	}
+	if r.GlobalLimitPerSec > 0 {
+		fmt.Fprintf(w, "global limit %.0f tokens/s: the run admitted %+.2f%% against limit × time + burst\n", r.GlobalLimitPerSec, 100*r.GlobalOverage)
 	}
 	fmt.Fprintf(w, "latency p50 %.1fµs p99 %.1fµs; victims p50 %.1fµs p99 %.1fµs; generator lag p99 %.1fµs\n",
 		r.Latency.P50, r.Latency.P99, r.VictimLatency.P50, r.VictimLatency.P99, r.Lag.P99)
