@@ -277,6 +277,9 @@ func run() error {
 					denied += float64(t.DeniedGlobal)
 				}
 			}
+			if offered == 0 {
+				continue // no victims in this tier (the HTTP runs: every tenant is free)
+			}
 			secs := float64(len(m.first) - skip)
 			fmt.Printf("| %s | %s | %.0f | %.0f | %.2f%% |\n", m.name, tier, offered*secs, denied, 100*denied/(offered*secs))
 		}
