@@ -74,9 +74,10 @@ func compilePlane(ctx context.Context, ns string, objs []runtime.Object, previou
 
 	p, problems := policy.Compile(objs)
 	if p == nil && v.version == 0 && v.planeName != "" {
-		// The first compile of this process, and the plane does not
-		// compile: what is in force is whatever an earlier manager
-		// published, so say so instead of "nothing is published".
+		// The plane does not compile and this process knows no version
+		// of it (its first compile, or nothing published yet): what is in
+		// force is whatever an earlier manager published, so say so
+		// instead of "nothing is published".
 		if s, err := publisher(ns + "/" + v.planeName); err == nil {
 			if current, err := s.Current(ctx); err == nil {
 				v.version, v.hash, v.publishedPlane, v.fleet = current.Version(), current.Hash(), current.Plane(), current.Spec().Enforcer

@@ -88,7 +88,7 @@ cleanup() {
 			printf '\n--- logs of deployment/%s\n' "$d" >&2
 			k -n "$NAMESPACE" logs "deployment/$d" --all-containers --tail=50 >&2 || true
 		done
-		for f in "$work"/port-forward*.log; do
+		for f in "$work"/port-forward-*.log; do
 			[[ -s "$f" ]] || continue
 			printf '\n--- kubectl port-forward (%s)\n' "${f##*/}" >&2
 			cat "$f" >&2
@@ -167,19 +167,27 @@ echo "published version $version"
 k -n "$NAMESPACE" wait --for=condition=Available --timeout="$timeout" deployment/quotaplane-enforcer
 k -n "$NAMESPACE" rollout status --timeout="$timeout" deployment/quotaplane-enforcer
 
+# forward name target ports...: a kubectl port-forward in the background,
+# logged to $work/port-forward-name.log; waits until the first local port
+# accepts a connection. (kubectl itself, not the function k, so that $! is
+# kubectl's pid.)
+forward() {
+	local name=$1 target=$2
+	shift 2
+	kubectl --context "kind-$KIND_CLUSTER" -n "$NAMESPACE" port-forward "$target" "$@" >"$work/port-forward-$name.log" 2>&1 &
+	local pid=$!
+	pf_pid="$pf_pid $pid"
+	local first=${1%%:*} deadline=$((SECONDS + 30))
+	until (exec 3<>"/dev/tcp/127.0.0.1/$first") 2>/dev/null; do
+		kill -0 "$pid" 2>/dev/null || die "kubectl port-forward $target exited: $(cat "$work/port-forward-$name.log")"
+		((SECONDS < deadline)) || die "localhost:$first ($target) does not answer after 30s"
+		sleep 1
+	done
+}
+
 log "forwarding localhost:$LOCAL_PORT to service/quotaplane-enforcer:8080"
-# kubectl itself, not the function k, so that $! is kubectl's pid.
-kubectl --context "kind-$KIND_CLUSTER" -n "$NAMESPACE" port-forward service/quotaplane-enforcer "$LOCAL_PORT:8080" \
-	>"$work/port-forward.log" 2>&1 &
-pf_pid=$!
+forward service service/quotaplane-enforcer "$LOCAL_PORT:8080"
 base="http://127.0.0.1:$LOCAL_PORT"
-deadline=$((SECONDS + 30))
-# Any HTTP answer (GET / is a 404) means the forward is up.
-until curl -s -o /dev/null "$base/"; do
-	kill -0 "$pf_pid" 2>/dev/null || die "kubectl port-forward exited: $(cat "$work/port-forward.log")"
-	((SECONDS < deadline)) || die "localhost:$LOCAL_PORT does not answer after 30s"
-	sleep 1
-done
 
 # decide sends one decision request and prints its status code; the
 # response headers are in $work/headers, the body in $work/body.
@@ -199,7 +207,7 @@ header() {
 }
 
 log "POST /api/$ENDPOINT as $TENANT, $UNITS units: the tenant's whole burst"
-code=$(decide) || die "curl failed: is the port-forward up? $(cat "$work/port-forward.log")"
+code=$(decide) || die "curl failed: is the port-forward up? $(cat "$work/port-forward-service.log")"
 echo "$code $(cat "$work/body")"
 [[ $code == 200 ]] || die "the first request got $code, want 200"
 
@@ -208,7 +216,7 @@ log "the same again: over the burst"
 # two seconds pass; a slow machine gets a few tries.
 code=""
 for _ in 1 2 3 4 5; do
-	code=$(decide) || die "curl failed: is the port-forward up? $(cat "$work/port-forward.log")"
+	code=$(decide) || die "curl failed: is the port-forward up? $(cat "$work/port-forward-service.log")"
 	echo "$code $(cat "$work/body")"
 	if [[ $code == 429 ]]; then
 		break
@@ -217,23 +225,6 @@ done
 [[ $code == 429 ]] || die "no 429 after 5 requests over the burst; the last got $code"
 level=$(header X-Quota-Level)
 [[ -n "$level" ]] || die "the 429 has no X-Quota-Level header: $(cat "$work/headers")"
-
-# forward name target ports...: a kubectl port-forward in the background,
-# logged to $work/port-forward-name.log; waits until the first local port
-# answers HTTP (or, for Redis, accepts a connection).
-forward() {
-	local name=$1 target=$2
-	shift 2
-	kubectl --context "kind-$KIND_CLUSTER" -n "$NAMESPACE" port-forward "$target" "$@" >"$work/port-forward-$name.log" 2>&1 &
-	local pid=$!
-	pf_pid="$pf_pid $pid"
-	local first=${1%%:*} deadline=$((SECONDS + 30))
-	until (exec 3<>"/dev/tcp/127.0.0.1/$first") 2>/dev/null; do
-		kill -0 "$pid" 2>/dev/null || die "kubectl port-forward $target exited: $(cat "$work/port-forward-$name.log")"
-		((SECONDS < deadline)) || die "localhost:$first ($target) does not answer after 30s"
-		sleep 1
-	done
-}
 
 log "forwarding the Redis and every enforcer pod for the e2e suite"
 redis_port=$((LOCAL_PORT + 1))

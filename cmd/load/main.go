@@ -206,7 +206,7 @@ func run() error {
 		return err
 	}
 	if global != nil && global.Rate > 0 {
-		res.AgainstLimit(float64(global.Rate)/global.Period.Seconds(), float64(global.Burst))
+		res.AgainstLimit(global)
 	}
 	res.Print(os.Stdout)
 	if orc != nil {

@@ -614,7 +614,10 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if shareRate = e.fair.shareRate(ts); !math.IsInf(shareRate, 1) {
 			paced = true
 			shareCap = e.shareBurstTokens(shareRate, snap)
-			ts.share.settle(now, shareRate, shareCap, e.fair.contendedSince.Load(), float64(snap.minCost))
+			if ts.share.last == 0 {
+				ts.share.start(e.fair.contendedSince.Load(), float64(snap.minCost))
+			}
+			ts.share.settle(now, shareRate, shareCap)
 			shareOK = ts.share.covers(float64(cost), shareCap)
 		}
 	}

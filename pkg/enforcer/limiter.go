@@ -323,17 +323,17 @@ type shareBucket struct {
 	last  int64
 }
 
-// settle refills the bucket at rate up to burst. A tenant paced for the
-// first time starts with one request of the plane's cheapest (first) and
-// the share it saved since the contention began (since, µs), not since
-// ever: a full bucket of shareMinRequests would let each of a tier's
-// thousands of tenants with tiny shares (0.2 tokens/s) run over its share
-// for a minute, and an empty one would deny the first request of every
-// tenant paced at a share it does not use up.
-func (s *shareBucket) settle(now int64, rate, burst float64, since int64, first float64) {
-	if s.last == 0 {
-		s.last, s.level = since, first
-	}
+// start begins the bucket of a tenant paced for the first time: one request
+// of the plane's cheapest (first) and the share it saved since the
+// contention began (since, µs), not since ever. A full bucket of
+// shareMinRequests would let each of a tier's thousands of tenants with tiny
+// shares (0.2 tokens/s) run over its share for a minute, and an empty one
+// would deny the first request of every tenant paced at a share it does not
+// use up.
+func (s *shareBucket) start(since int64, first float64) { s.last, s.level = since, first }
+
+// settle refills the bucket at rate up to burst.
+func (s *shareBucket) settle(now int64, rate, burst float64) {
 	if now > s.last {
 		s.level += float64(now-s.last) * rate / 1e6
 		s.last = now

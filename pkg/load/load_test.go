@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
 // smallProfile is seed 002's shape at a size a test runs in milliseconds.
@@ -351,7 +352,7 @@ func TestTokensCounted(t *testing.T) {
 	}
 	// Two engines in mode local each enforce the hand plane's global limit
 	// (100 tokens/s, burst 100) on their own: together at most twice it.
-	res.AgainstLimit(200, 200)
+	res.AgainstLimit(&policy.Limit{Rate: 200, Burst: 200, Period: time.Second})
 	if want := float64(wallAdmitted)/(200*res.Wall+200) - 1; math.Abs(res.GlobalOverage-want) > 1e-9 || res.GlobalOverage > 0.01 {
 		t.Errorf("against twice the global limit: %+.2f%% (want %+.2f%%, and not over)", 100*res.GlobalOverage, 100*want)
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
 // Result is what a run measured.
@@ -38,6 +40,10 @@ type Result struct {
 	OracleChecked     int64     `json:"oracleChecked,omitempty"`
 	OracleMismatches  int64     `json:"oracleMismatches,omitempty"`
 	Errors            int64     `json:"errors"`
+
+	// admittedTokens is every token admitted in the run, warmup included:
+	// the same decisions whether counted by scheduled or by wall second.
+	admittedTokens int64
 }
 
 // Quantiles of a latency distribution, in microseconds.
@@ -86,6 +92,7 @@ func newResult(b *Built, o *Options, c *counts, wall time.Duration) *Result {
 		r.OracleChecked += s.OracleChecked
 		r.OracleMismatches += s.OracleMismatches
 		r.Errors += s.Errors
+		r.admittedTokens += s.AdmittedTokens
 		r.Seconds = append(r.Seconds, SecondResult{Second: s, T: i,
 			P50: s.Latency.Quantile(0.5), P99: s.Latency.Quantile(0.99),
 			VictimP50: s.VictimLatency.Quantile(0.5), VictimP99: s.VictimLatency.Quantile(0.99),
@@ -98,11 +105,7 @@ func newResult(b *Built, o *Options, c *counts, wall time.Duration) *Result {
 			n--
 		}
 		r.WallSeconds = c.wall[:n]
-		var tokens int64
-		for _, w := range r.WallSeconds {
-			tokens += w.AdmittedTokens
-		}
-		r.AdmittedTokensPerWallSec = float64(tokens) / wall.Seconds()
+		r.AdmittedTokensPerWallSec = float64(r.admittedTokens) / wall.Seconds()
 	}
 	r.Latency, r.VictimLatency, r.Lag = quantiles(&all), quantiles(&victims), quantiles(&lag)
 	r.DecisionsPerWallSec = float64(decisions) / wall.Seconds()
@@ -110,26 +113,18 @@ func newResult(b *Built, o *Options, c *counts, wall time.Duration) *Result {
 }
 
 // AgainstLimit compares every admitted token of the run, warmup included,
-// with a global limit of perSec tokens per second and burst: GlobalOverage
-// = admitted / (perSec × elapsed + burst) − 1, the bucket starting full,
-// where elapsed is the wall time in real time (the clock the limit refills
-// on, longer than the schedule when the run fell behind) and the scheduled
-// time in virtual time. Negative means under the limit.
-func (r *Result) AgainstLimit(perSec, burst float64) {
-	var tokens int64
+// with the global limit l: GlobalOverage = admitted / (rate × elapsed +
+// burst) − 1, the bucket starting full, where elapsed is the wall time in
+// real time (the clock the limit refills on, longer than the schedule when
+// the run fell behind) and the scheduled time in virtual time. Negative
+// means under the limit.
+func (r *Result) AgainstLimit(l *policy.Limit) {
 	elapsed := r.Wall
-	if len(r.WallSeconds) > 0 {
-		for _, w := range r.WallSeconds {
-			tokens += w.AdmittedTokens
-		}
-	} else {
-		for _, s := range r.Seconds {
-			tokens += s.AdmittedTokens
-		}
+	if len(r.WallSeconds) == 0 {
 		elapsed = r.Scheduled
 	}
-	r.GlobalLimitPerSec = perSec
-	r.GlobalOverage = float64(tokens)/(perSec*elapsed+burst) - 1
+	r.GlobalLimitPerSec = limitPerSecond(l)
+	r.GlobalOverage = float64(r.admittedTokens)/(r.GlobalLimitPerSec*elapsed+float64(l.Burst)) - 1
 }
 
 // Write stores the result in dir: summary.json, tenants.csv (every tenant),

@@ -59,7 +59,7 @@ type chain struct {
 	client    client.Client
 	namespace string
 	store     *store.Store // the plane's policy store in the chain's Redis
-	enforcers []*enforcerProc
+	enforcers []*enforcerNode
 	// processes are the ones this test started; their output must never
 	// hold the Redis password.
 	processes []*process
@@ -107,7 +107,7 @@ func localChain(t *testing.T) *chain {
 
 	// Two enforcers following the plane in the policy store.
 	for i := range 2 {
-		e := &enforcerProc{id: "e2e-enforcer-" + strconv.Itoa(i), api: "127.0.0.1:" + freePort(t), admin: "127.0.0.1:" + freePort(t)}
+		e := &enforcerNode{id: "e2e-enforcer-" + strconv.Itoa(i), api: "127.0.0.1:" + freePort(t), admin: "127.0.0.1:" + freePort(t)}
 		c.processes = append(c.processes, start(t, bins["enforcer"], []string{redisEnv},
 			"-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin))
 		c.enforcers = append(c.enforcers, e)
@@ -154,7 +154,7 @@ func clusterChain(t *testing.T) *chain {
 		if !ok1 || !ok2 {
 			t.Fatalf("QUOTAPLANE_E2E_ENFORCERS: %q is not name=API-host:port/admin-host:port", spec)
 		}
-		c.enforcers = append(c.enforcers, &enforcerProc{id: id, api: api, admin: admin})
+		c.enforcers = append(c.enforcers, &enforcerNode{id: id, api: api, admin: admin})
 	}
 	return c
 }
@@ -320,15 +320,15 @@ func (c *chain) edit(t *testing.T, tq *v1alpha1.TenantQuota, limit *v1alpha1.Lim
 	return time.Since(start)
 }
 
-// enforcerProc is one enforcer's API and admin addresses (host:port).
-type enforcerProc struct {
+// enforcerNode is one enforcer's API and admin addresses (host:port).
+type enforcerNode struct {
 	id, api, admin string
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
 // decide asks for a decision.
-func (e *enforcerProc) decide(t *testing.T, endpoint, tenant, key string, units int) answer {
+func (e *enforcerNode) decide(t *testing.T, endpoint, tenant, key string, units int) answer {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+e.api+"/api/"+endpoint, nil)
 	req.Header.Set("X-Tenant", tenant)
@@ -350,7 +350,7 @@ func (e *enforcerProc) decide(t *testing.T, endpoint, tenant, key string, units 
 	return answer{resp.StatusCode, resp.Header.Get("X-Quota-Level"), strings.TrimSpace(body.String())}
 }
 
-func (e *enforcerProc) get(t *testing.T, path string) int {
+func (e *enforcerNode) get(t *testing.T, path string) int {
 	resp, err := httpClient.Get("http://" + e.admin + path)
 	if err != nil {
 		return 0
@@ -359,7 +359,7 @@ func (e *enforcerProc) get(t *testing.T, path string) int {
 	return resp.StatusCode
 }
 
-func (e *enforcerProc) body(t *testing.T, path string) string {
+func (e *enforcerNode) body(t *testing.T, path string) string {
 	resp, err := httpClient.Get("http://" + e.admin + path)
 	if err != nil {
 		t.Fatalf("%s: %v", e.id, err)

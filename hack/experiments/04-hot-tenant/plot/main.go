@@ -72,16 +72,11 @@ func readResults(path string) ([]map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		var sum struct {
-			Decided float64        `json:"decisionsPerWallSecond"`
-			Latency load.Quantiles `json:"latency"`
-			Lag     load.Quantiles `json:"generatorLag"`
-			Errors  int64          `json:"errors"`
-		}
+		var sum load.Result
 		if err := json.Unmarshal(raw, &sum); err != nil {
 			return nil, fmt.Errorf("%s/summary.json: %w", row["dir"], err)
 		}
-		for k, v := range map[string]float64{"decided_per_wall_s": sum.Decided, "p50_us": sum.Latency.P50, "p99_us": sum.Latency.P99,
+		for k, v := range map[string]float64{"decided_per_wall_s": sum.DecisionsPerWallSec, "p50_us": sum.Latency.P50, "p99_us": sum.Latency.P99,
 			"lag_p99_us": sum.Lag.P99, "errors": float64(sum.Errors)} {
 			row[k] = strconv.FormatFloat(v, 'f', -1, 64)
 		}
