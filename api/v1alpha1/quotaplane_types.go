@@ -58,6 +58,68 @@ const (
 	UnknownDeny UnknownPolicy = "deny"
 )
 
+// KeyBinding says whether an api key must belong to the tenant a request names.
+// +kubebuilder:validation:Enum=open;bound
+type KeyBinding string
+
+const (
+	// KeyBindingOpen lets a request name any tenant with any api key: the
+	// caller (a gateway that authenticated it) is trusted to say both.
+	KeyBindingOpen KeyBinding = "open"
+	// KeyBindingBound refuses a request whose api key is not one of its
+	// tenant's keys (TenantQuota spec.keyHashes or spec.keySecretRef); it is
+	// charged to no one.
+	KeyBindingBound KeyBinding = "bound"
+)
+
+// DescriptorMapping says which entries of an Envoy rate limit descriptor
+// name a request's tenant, endpoint and api key. Envoy builds descriptors
+// from route actions: request_headers (the entry key is the action's
+// descriptor_key), generic_key (key "generic_key" unless descriptor_key is
+// set), header_value_match (key "header_match" unless descriptor_key is set).
+// Each list is tried in order; the first key present in a descriptor wins;
+// entries whose keys no list names are ignored. A key may appear in one list only.
+// +kubebuilder:validation:XValidation:rule="!has(self.tenant) || !has(self.endpoint) || !self.tenant.exists(k, k in self.endpoint)",message="a descriptor entry key may name only one of tenant, endpoint and apiKey; remove it from one list"
+// +kubebuilder:validation:XValidation:rule="!has(self.tenant) || !has(self.apiKey) || !self.tenant.exists(k, k in self.apiKey)",message="a descriptor entry key may name only one of tenant, endpoint and apiKey; remove it from one list"
+// +kubebuilder:validation:XValidation:rule="!has(self.endpoint) || !has(self.apiKey) || !self.endpoint.exists(k, k in self.apiKey)",message="a descriptor entry key may name only one of tenant, endpoint and apiKey; remove it from one list"
+type DescriptorMapping struct {
+	// tenant lists the entry keys whose value is the tenant id. Default [tenant].
+	// A descriptor with none of them is refused (InvalidArgument).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9._:-]+$`
+	Tenant []string `json:"tenant,omitempty"`
+
+	// endpoint lists the entry keys whose value is the endpoint name. Default
+	// [endpoint]. A descriptor with none of them is decided as a request for
+	// no named endpoint: cost 1 and no endpoint limit (unknownEndpoints:
+	// default), or refused (unknownEndpoints: deny).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9._:-]+$`
+	Endpoint []string `json:"endpoint,omitempty"`
+
+	// apiKey lists the entry keys whose value is the api key. Default
+	// [api_key]. A descriptor with none of them skips the key level (and is
+	// refused when keyBinding is bound).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9._:-]+$`
+	APIKey []string `json:"apiKey,omitempty"`
+}
+
 // Tier is a class of tenants with default limits, a fairness weight and a floor.
 type Tier struct {
 	// name identifies the tier, for example enterprise, standard or free.
@@ -174,6 +236,20 @@ type QuotaPlaneSpec struct {
 	// default (cost 1, no endpoint limit) or deny. Default default.
 	// +optional
 	UnknownEndpoints UnknownPolicy `json:"unknownEndpoints,omitempty"`
+
+	// keyBinding is open (default: a request may name any tenant with any api
+	// key) or bound: a request's api key must be one of its tenant's keys
+	// (TenantQuota spec.keyHashes or spec.keySecretRef), else it is refused
+	// with level key and charged to no one. Bound also refuses requests
+	// without a key, and so every tenant without keys.
+	// +optional
+	KeyBinding KeyBinding `json:"keyBinding,omitempty"`
+
+	// descriptors maps the entries of Envoy rate limit descriptors (the
+	// enforcer's gRPC rate limit service) onto tenant, endpoint and api key.
+	// Default: the entry keys tenant, endpoint and api_key.
+	// +optional
+	Descriptors *DescriptorMapping `json:"descriptors,omitempty"`
 
 	// tiers are the plane's tenant classes: 1 to 16, with unique names and
 	// floors that add up to at most 100.

@@ -35,6 +35,15 @@ type TenantEndpointQuota struct {
 	Limit Limit `json:"limit"`
 }
 
+// SecretReference names a Secret in the object's namespace.
+type SecretReference struct {
+	// name is the Secret's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
 // TenantQuotaSpec describes one tenant's quota.
 type TenantQuotaSpec struct {
 	// tenant is the tenant id, as sent in X-Tenant: 1 to 256 printable ASCII
@@ -84,6 +93,24 @@ type TenantQuotaSpec struct {
 	// +listMapKey=key
 	// +kubebuilder:validation:MaxItems=1000
 	Keys []KeyQuota `json:"keys,omitempty"`
+
+	// keyHashes are the tenant's api keys by SHA-256: "sha256:" and 64
+	// lower-case hex digits, as `printf %s "$KEY" | sha256sum` prints them.
+	// With the QuotaPlane's keyBinding bound, a request for this tenant must
+	// carry one of these keys or one of keySecretRef's. A key belongs to
+	// one tenant.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:Pattern=`^sha256:[0-9a-f]{64}$`
+	KeyHashes []string `json:"keyHashes,omitempty"`
+
+	// keySecretRef names a Secret in this namespace each of whose data
+	// values is one of the tenant's api keys: the key itself (a trailing
+	// newline is dropped) or its hash as in keyHashes. The manager compiles
+	// only their hashes; the keys never leave the Secret.
+	// +optional
+	KeySecretRef *SecretReference `json:"keySecretRef,omitempty"`
 
 	// endpoints override endpoint limits for this tenant, each endpoint once.
 	// +optional

@@ -3,10 +3,12 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -84,6 +86,7 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 		tenants   []*v1alpha1.TenantQuota
 		endpoints []*v1alpha1.EndpointQuota
 		pools     []*v1alpha1.BurstPool
+		secrets   = map[string]*corev1.Secret{} // by namespace/name
 	)
 	// Two objects with the same kind, namespace and name cannot both be
 	// meant (the API server never holds them; files can): both are left out.
@@ -114,8 +117,10 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 			endpoints = append(endpoints, o)
 		case *v1alpha1.BurstPool:
 			pools = append(pools, o)
+		case *corev1.Secret:
+			secrets[o.Namespace+"/"+o.Name] = o // read only through a TenantQuota's keySecretRef
 		default:
-			list = append(list, Problem{Kind: fmt.Sprintf("%T", o), Message: "not a quotaplane.io/v1alpha1 kind; only QuotaPlane, TenantQuota, EndpointQuota and BurstPool belong to a plane"})
+			list = append(list, Problem{Kind: fmt.Sprintf("%T", o), Message: "not a quotaplane.io/v1alpha1 kind; only QuotaPlane, TenantQuota, EndpointQuota and BurstPool belong to a plane (and the Secrets TenantQuotas name)"})
 		}
 	}
 	byName := func(a, b metav1.Object) int {
@@ -168,6 +173,7 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 		return cmp.Or(cmp.Compare(a.Spec.Endpoint, b.Spec.Endpoint), byName(a, b))
 	})
 	owner := map[string]string{}
+	folded := map[string]string{} // lower-case endpoint name → its name
 	for _, eq := range endpoints {
 		if !inPlane("EndpointQuota", eq) {
 			continue
@@ -177,8 +183,13 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 			ps.add("spec.endpoint", "endpoint %q is already defined by EndpointQuota %s; merge the two objects or rename this endpoint", eq.Spec.Endpoint, first)
 			continue
 		}
+		if other, dup := folded[strings.ToLower(eq.Spec.Endpoint)]; dup {
+			ps.add("spec.endpoint", "endpoint %q differs from endpoint %q only in case; names from the wire resolve without case, so rename one", eq.Spec.Endpoint, other)
+			continue
+		}
 		if e, ok := compileEndpoint(eq, tiers, ps); ok {
 			owner[e.Name] = eq.Name
+			folded[strings.ToLower(e.Name)] = e.Name
 			spec.Endpoints = append(spec.Endpoints, e)
 		}
 	}
@@ -191,6 +202,7 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 		return cmp.Or(cmp.Compare(a.Spec.Tenant, b.Spec.Tenant), byName(a, b))
 	})
 	clear(owner)
+	keyOwner := map[string]string{} // key hash → tenant
 	for _, tq := range tenants {
 		if !inPlane("TenantQuota", tq) {
 			continue
@@ -200,8 +212,21 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 			ps.add("spec.tenant", "tenant %q already has TenantQuota %s; merge the two objects (one TenantQuota per tenant)", tq.Spec.Tenant, first)
 			continue
 		}
-		if t, ok := compileTenant(tq, spec.DefaultTier, spec.Shards, tiers, endpointNames, ps); ok {
+		t, ok := compileTenant(tq, spec.DefaultTier, spec.Shards, tiers, endpointNames, ps)
+		if ok {
+			t.KeyHashes, ok = compileKeyHashes(tq, secrets, ps)
+		}
+		for _, h := range t.KeyHashes {
+			if other, taken := keyOwner[h]; taken && ok {
+				ps.add("spec.keyHashes", "api key %s… is also a key of tenant %q; an api key belongs to one tenant: remove it from one of them", h[:len(KeyHashPrefix)+12], other)
+				ok = false
+			}
+		}
+		if ok {
 			owner[t.Name] = tq.Name
+			for _, h := range t.KeyHashes {
+				keyOwner[h] = t.Name
+			}
 			spec.Tenants = append(spec.Tenants, t)
 		}
 	}
@@ -250,6 +275,8 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 		FailureMode:       enum(ps, "spec.failureMode", string(s.FailureMode), FailureModes[0], FailureModes),
 		UnknownTenants:    enum(ps, "spec.unknownTenants", string(s.UnknownTenants), UnknownPolicies[0], UnknownPolicies),
 		UnknownEndpoints:  enum(ps, "spec.unknownEndpoints", string(s.UnknownEndpoints), UnknownPolicies[0], UnknownPolicies),
+		KeyBinding:        enum(ps, "spec.keyBinding", string(s.KeyBinding), KeyBindings[0], KeyBindings),
+		Descriptors:       compileDescriptors(s.Descriptors, ps),
 		ReconcileInterval: DefaultReconcileInterval,
 		Shards:            max(int64(s.Shards), 1),
 		Endpoints:         []Endpoint{},
@@ -425,7 +452,105 @@ func compileEndpoint(eq *v1alpha1.EndpointQuota, tiers map[string]Tier, ps *prob
 		e.Tiers = append(e.Tiers, TierLimit{Tier: tl.Tier, Limit: compileLimit(tl.Limit, field+".limit", ps)})
 	}
 	slices.SortFunc(e.Tiers, func(a, b TierLimit) int { return cmp.Compare(a.Tier, b.Tier) })
+	if len(s.Match) > MaxMatches {
+		ps.add("spec.match", "an endpoint has at most %d matches, not %d; use a PathPrefix or Pattern that covers several", MaxMatches, len(s.Match))
+	}
+	for i, m := range s.Match {
+		field := fmt.Sprintf("spec.match[%d]", i)
+		cm := Match{Type: string(m.Path.Type), Path: m.Path.Value}
+		if cm.Type == "" {
+			cm.Type = PathPrefix
+		}
+		if _, ok := pathTypeRank[cm.Type]; !ok {
+			ps.add(field+".path.type", "%q is not a path match type; use Exact, PathPrefix or Pattern", cm.Type)
+		} else if problem := checkMatchPath(cm.Type, cm.Path); problem != "" {
+			ps.add(field+".path.value", "%s", problem)
+		}
+		for _, method := range m.Methods {
+			if !slices.Contains(httpMethods, method) {
+				ps.add(field+".methods", "%q is not an HTTP method; use one of %s", method, strings.Join(httpMethods, ", "))
+			}
+		}
+		cm.Methods = slices.Compact(slices.Sorted(slices.Values(m.Methods)))
+		e.Match = append(e.Match, cm)
+	}
 	return e, !ps.found
+}
+
+// compileDescriptors applies the default entry keys and reports bad ones.
+func compileDescriptors(in *v1alpha1.DescriptorMapping, ps *problems) Descriptors {
+	d := Descriptors{Tenant: DefaultTenantEntries, Endpoint: DefaultEndpointEntries, APIKey: DefaultAPIKeyEntries}
+	if in == nil {
+		return d
+	}
+	for _, f := range []struct {
+		field string
+		in    []string
+		out   *[]string
+	}{{"tenant", in.Tenant, &d.Tenant}, {"endpoint", in.Endpoint, &d.Endpoint}, {"apiKey", in.APIKey, &d.APIKey}} {
+		if f.in == nil {
+			continue
+		}
+		if problem := checkEntryKeys(f.in); problem != "" {
+			ps.add("spec.descriptors."+f.field, "%s", problem)
+		}
+		*f.out = slices.Clone(f.in)
+	}
+	seen := map[string]string{}
+	for _, f := range []struct {
+		field string
+		keys  []string
+	}{{"tenant", d.Tenant}, {"endpoint", d.Endpoint}, {"apiKey", d.APIKey}} {
+		for _, k := range f.keys {
+			if other, dup := seen[k]; dup && other != f.field {
+				ps.add("spec.descriptors."+f.field, "entry key %q also names the %s; an entry key names one of tenant, endpoint and apiKey", k, other)
+			}
+			seen[k] = f.field
+		}
+	}
+	return d
+}
+
+// compileKeyHashes gathers a tenant's api key hashes from spec.keyHashes and
+// the Secret spec.keySecretRef names, sorted and without duplicates.
+func compileKeyHashes(tq *v1alpha1.TenantQuota, secrets map[string]*corev1.Secret, ps *problems) ([]string, bool) {
+	s := tq.Spec
+	if len(s.KeyHashes) > MaxKeyHashes {
+		ps.add("spec.keyHashes", "a tenant lists at most %d key hashes, not %d; keep more in keySecretRef's Secret", MaxKeyHashes, len(s.KeyHashes))
+	}
+	hashes := slices.Clone(s.KeyHashes)
+	for i, h := range s.KeyHashes {
+		if !ValidKeyHash(h) {
+			ps.add(fmt.Sprintf("spec.keyHashes[%d]", i), "%q is not a key hash; write sha256: and the 64 lower-case hex digits that `printf %%s \"$KEY\" | sha256sum` prints", h)
+		}
+	}
+	if ref := s.KeySecretRef; ref != nil {
+		secret := secrets[tq.Namespace+"/"+ref.Name]
+		switch {
+		case secret == nil:
+			ps.add("spec.keySecretRef.name", "Secret %q is not in namespace %s (or the manager may not read it); create it with one api key per data entry, or remove keySecretRef", ref.Name, tq.Namespace)
+		case len(secret.Data) > MaxSecretKeys:
+			ps.add("spec.keySecretRef.name", "Secret %q holds %d entries; a tenant takes at most %d keys from its Secret", ref.Name, len(secret.Data), MaxSecretKeys)
+		default:
+			for _, entry := range slices.Sorted(maps.Keys(secret.Data)) {
+				v := strings.TrimSuffix(strings.TrimSuffix(string(secret.Data[entry]), "\n"), "\r")
+				switch {
+				case ValidKeyHash(v):
+					hashes = append(hashes, v)
+				case ValidName(v):
+					hashes = append(hashes, HashKey(v))
+				default:
+					// Never quote the value: it is a secret.
+					ps.add("spec.keySecretRef.name", "Secret %q entry %q is neither an api key (1 to %d printable ASCII characters without spaces) nor a key hash (sha256: and 64 hex digits)", ref.Name, entry, MaxNameBytes)
+				}
+			}
+		}
+	}
+	hashes = slices.Compact(slices.Sorted(slices.Values(hashes)))
+	if len(hashes) == 0 {
+		hashes = nil
+	}
+	return hashes, !ps.found
 }
 
 func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, planeShards int64, tiers map[string]Tier, endpoints map[string]bool, ps *problems) (Tenant, bool) {

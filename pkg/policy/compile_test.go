@@ -631,6 +631,8 @@ func TestPlaneDefaults(t *testing.T) {
 		DefaultTier:       "bronze",
 		UnknownTenants:    "default",
 		UnknownEndpoints:  "default",
+		KeyBinding:        "open",
+		Descriptors:       policy.Descriptors{Tenant: []string{"tenant"}, Endpoint: []string{"endpoint"}, APIKey: []string{"api_key"}},
 		Global:            *tb(10000, 20000, time.Second),
 		Enforcer:          policy.Enforcer{MinReplicas: 1, MaxReplicas: policy.DefaultMaxReplicas},
 	}

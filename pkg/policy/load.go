@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -28,7 +29,8 @@ const maxFileBytes = 16 << 20
 
 // LoadDir reads every *.yaml, *.yml and *.json file directly in dir (hidden
 // entries, such as the ..data links of a mounted ConfigMap, are skipped),
-// decodes the quotaplane.io objects in them and compiles them. Documents of
+// decodes the quotaplane.io objects in them (and v1 Secrets, which
+// TenantQuotas may name for their api keys) and compiles them. Documents of
 // other API groups (a kustomization, say) are ignored. Any problem, in a file
 // or in the compiled objects, is an error that lists them all.
 func LoadDir(dir string) (*Policy, error) {
@@ -154,6 +156,14 @@ func DecodeYAML(data []byte) ([]runtime.Object, error) {
 			}
 			return nil, fmt.Errorf("document %d has no apiVersion or kind; quota objects start with apiVersion: %s and a kind", doc, v1alpha1.GroupVersion)
 		}
+		if tm.APIVersion == "v1" && tm.Kind == "Secret" {
+			secret, err := decodeSecret(raw)
+			if err != nil {
+				return nil, fmt.Errorf("document %d (Secret): %w", doc, err)
+			}
+			objs = append(objs, secret)
+			continue
+		}
 		if group, _, _ := strings.Cut(tm.APIVersion, "/"); group != v1alpha1.GroupVersion.Group {
 			continue
 		}
@@ -187,6 +197,30 @@ func DecodeYAML(data []byte) ([]runtime.Object, error) {
 		}
 		objs = append(objs, obj)
 	}
+}
+
+// decodeSecret decodes a v1 Secret, the api keys a TenantQuota's
+// keySecretRef names, with its stringData folded into data as the API
+// server does.
+func decodeSecret(raw []byte) (*corev1.Secret, error) {
+	var secret corev1.Secret
+	if err := yaml.Unmarshal(raw, &secret); err != nil {
+		return nil, err
+	}
+	if secret.Name == "" {
+		return nil, fmt.Errorf("metadata.name is required")
+	}
+	if secret.Namespace == "" {
+		secret.Namespace = DefaultNamespace
+	}
+	if len(secret.StringData) > 0 && secret.Data == nil {
+		secret.Data = map[string][]byte{}
+	}
+	for k, v := range secret.StringData {
+		secret.Data[k] = []byte(v)
+	}
+	secret.StringData = nil
+	return &secret, nil
 }
 
 // isEmptyDoc reports whether a YAML document holds nothing but comments.

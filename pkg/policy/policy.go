@@ -27,6 +27,9 @@ type Policy struct {
 	endpointIndex map[string]int
 	tenantIndex   map[string]int
 	mayBorrowTier map[string]bool // nil when there is no pool
+	endpointFold  map[string]int  // by lower-case name
+	keyOwner      map[[32]byte]int
+	matches       []compiledMatch // most specific first
 }
 
 // Version is the published version; 0 until a publisher (or the enforcer's file
@@ -219,12 +222,28 @@ func newPolicy(spec Spec) (*Policy, error) {
 	for i, t := range spec.Tiers {
 		p.tierIndex[t.Name] = i
 	}
+	p.endpointFold = make(map[string]int, len(spec.Endpoints))
 	for i, e := range spec.Endpoints {
 		p.endpointIndex[e.Name] = i
+		p.endpointFold[strings.ToLower(e.Name)] = i
+		for _, m := range e.Match {
+			cm := compiledMatch{Match: m, endpoint: i, methods: m.Methods}
+			if m.Type == PathPattern {
+				cm.segments = strings.Split(m.Path[1:], "/")
+			}
+			p.matches = append(p.matches, cm)
+		}
 	}
+	slices.SortStableFunc(p.matches, func(a, b compiledMatch) int { return a.compare(&b) })
+	p.keyOwner = map[[32]byte]int{}
 	for i, t := range spec.Tenants {
 		p.spec.Tenants[i].Known = true
 		p.tenantIndex[t.Name] = i
+		for _, h := range t.KeyHashes {
+			var sum [32]byte
+			_, _ = hex.Decode(sum[:], []byte(h[len(KeyHashPrefix):])) // checkSpec checked the form
+			p.keyOwner[sum] = i
+		}
 	}
 	if bp := spec.BurstPool; bp != nil {
 		p.mayBorrowTier = make(map[string]bool, len(bp.Tiers))
@@ -301,6 +320,58 @@ func checkSpec(s *Spec) error {
 	if !sortedUnique(s.Endpoints, func(e Endpoint) string { return e.Name }) ||
 		!sortedUnique(s.Tenants, func(t Tenant) string { return t.Name }) {
 		return fmt.Errorf("endpoints and tenants must be sorted by name, without duplicates")
+	}
+	if !slices.Contains(KeyBindings, s.KeyBinding) {
+		return fmt.Errorf("keyBinding %q is not one of %v", s.KeyBinding, KeyBindings)
+	}
+	for _, keys := range [][]string{s.Descriptors.Tenant, s.Descriptors.Endpoint, s.Descriptors.APIKey} {
+		if problem := checkEntryKeys(keys); problem != "" {
+			return fmt.Errorf("descriptors: %s", problem)
+		}
+	}
+	if problem := checkEntryKeys(slices.Concat(s.Descriptors.Tenant, s.Descriptors.Endpoint, s.Descriptors.APIKey)); problem != "" {
+		return fmt.Errorf("descriptors: an entry key names two of tenant, endpoint and api key")
+	}
+	folded := map[string]bool{}
+	for _, e := range s.Endpoints {
+		if folded[strings.ToLower(e.Name)] {
+			return fmt.Errorf("endpoint %s: another endpoint differs from it only in case", e.Name)
+		}
+		folded[strings.ToLower(e.Name)] = true
+		if len(e.Match) > MaxMatches {
+			return fmt.Errorf("endpoint %s: more than %d matches", e.Name, MaxMatches)
+		}
+		for _, m := range e.Match {
+			if _, ok := pathTypeRank[m.Type]; !ok {
+				return fmt.Errorf("endpoint %s: match type %q is not one of Exact, PathPrefix, Pattern", e.Name, m.Type)
+			}
+			if problem := checkMatchPath(m.Type, m.Path); problem != "" {
+				return fmt.Errorf("endpoint %s: match: %s", e.Name, problem)
+			}
+			for _, method := range m.Methods {
+				if !slices.Contains(httpMethods, method) {
+					return fmt.Errorf("endpoint %s: match: %q is not an HTTP method", e.Name, method)
+				}
+			}
+			if !sortedUnique(m.Methods, func(s string) string { return s }) {
+				return fmt.Errorf("endpoint %s: match methods must be sorted, without duplicates", e.Name)
+			}
+		}
+	}
+	owners := map[string]bool{}
+	for _, t := range s.Tenants {
+		if len(t.KeyHashes) > MaxKeyHashes+MaxSecretKeys || !sortedUnique(t.KeyHashes, func(s string) string { return s }) {
+			return fmt.Errorf("tenant %s: key hashes must be sorted, without duplicates, at most %d", t.Name, MaxKeyHashes+MaxSecretKeys)
+		}
+		for _, h := range t.KeyHashes {
+			if !ValidKeyHash(h) {
+				return fmt.Errorf("tenant %s: key hash %q is not sha256: and 64 hex digits", t.Name, h)
+			}
+			if owners[h] {
+				return fmt.Errorf("tenant %s: an api key belongs to two tenants", t.Name)
+			}
+			owners[h] = true
+		}
 	}
 	for _, e := range s.Endpoints {
 		if !ValidEndpointName(e.Name) {

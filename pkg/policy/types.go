@@ -125,6 +125,9 @@ type Endpoint struct {
 	Cost  int64       `json:"cost"`
 	Limit *Limit      `json:"limit,omitempty"`
 	Tiers []TierLimit `json:"tiers,omitempty"`
+	// Match classifies forwarded requests into the endpoint, in the
+	// EndpointQuota's order.
+	Match []Match `json:"match,omitempty"`
 }
 
 // KeyLimit is a limit on one api key.
@@ -149,6 +152,9 @@ type Tenant struct {
 	Hard      bool            `json:"hard,omitempty"`
 	Keys      []KeyLimit      `json:"keys,omitempty"`
 	Endpoints []EndpointLimit `json:"endpoints,omitempty"`
+	// KeyHashes are the tenant's api keys (HashKey), sorted: the keys a
+	// bound plane admits for it.
+	KeyHashes []string `json:"keyHashes,omitempty"`
 	// Shards splits the tenant's buckets over this many of the plane's
 	// shards; 0 or 1 does not split them.
 	Shards int64 `json:"shards,omitempty"`
@@ -186,6 +192,8 @@ type Spec struct {
 	DefaultTier       string        `json:"defaultTier"`
 	UnknownTenants    string        `json:"unknownTenants"`
 	UnknownEndpoints  string        `json:"unknownEndpoints"`
+	KeyBinding        string        `json:"keyBinding"`
+	Descriptors       Descriptors   `json:"descriptors"`
 	Global            Limit         `json:"global"`
 	Tiers             []Tier        `json:"tiers"`
 	Endpoints         []Endpoint    `json:"endpoints"`

@@ -6,33 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/quotaheaders"
 )
 
-// Request headers.
+// Request and response header fields: see package quotaheaders.
 const (
-	HeaderTenant = "X-Tenant"
-	HeaderAPIKey = "X-Api-Key"
-	HeaderUnits  = "X-Quota-Units"
-)
-
-// Response headers.
-const (
-	HeaderLevel  = "X-Quota-Level"
-	HeaderReason = "X-Quota-Reason"
-	// HeaderRateLimitPolicy and HeaderRateLimit are the IETF httpapi
-	// ratelimit header fields: the limits in force for the request, one
-	// item per level (q tokens per w seconds), and the level that bounds
-	// the answer (r tokens remaining, t seconds until a retry passes or,
-	// when allowed, until that level is full again).
-	HeaderRateLimitPolicy = "RateLimit-Policy"
-	HeaderRateLimit       = "RateLimit"
+	HeaderTenant          = quotaheaders.Tenant
+	HeaderAPIKey          = quotaheaders.APIKey
+	HeaderUnits           = quotaheaders.Units
+	HeaderLevel           = quotaheaders.Level
+	HeaderReason          = quotaheaders.Reason
+	HeaderRateLimitPolicy = quotaheaders.RateLimitPolicy
+	HeaderRateLimit       = quotaheaders.RateLimit
 )
 
 // MaxBodyBytes bounds a request's body, which a decision does not need.
@@ -96,64 +87,18 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	a.metrics.observe(a.engine, req.Tenant, d, time.Since(start))
 	body := decision{Allowed: d.Allow, Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining, Borrowed: d.Borrowed}
-	setRateLimit(w.Header(), a.engine.LimitsFor(&req), &d)
+	limits := a.engine.LimitsFor(&req)
+	quotaheaders.Set(w.Header(), &limits, &d)
 	status := http.StatusOK
 	if !d.Allow {
 		status = http.StatusTooManyRequests
 		body.Level, body.Reason, body.RetryAfterSec = string(d.Level), d.Reason, d.RetryAfter.Seconds()
-		h := w.Header()
-		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
-		h.Set(HeaderLevel, string(d.Level))
-		h.Set(HeaderReason, d.Reason)
 	}
 	writeJSON(w, status, body)
 }
 
-// setRateLimit writes the RateLimit-Policy and RateLimit fields of d.
-func setRateLimit(h http.Header, limits [len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision) {
-	var b []byte
-	var bound *policy.Limit
-	for i, l := range limits {
-		if l == nil {
-			continue
-		}
-		level := enforcer.Levels[i]
-		if level == d.Bound {
-			bound = l
-		}
-		if len(b) > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, '"')
-		b = append(b, level...)
-		b = append(b, `";q=`...)
-		b = strconv.AppendInt(b, l.Rate, 10)
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, int64(math.Ceil(l.Period.Seconds())), 10)
-	}
-	if len(b) > 0 {
-		h.Set(HeaderRateLimitPolicy, string(b))
-	}
-	if bound == nil {
-		return
-	}
-	var t int64
-	switch {
-	case !d.Allow:
-		t = RetryAfterSeconds(d.RetryAfter)
-	case bound.Algorithm == policy.SlidingWindow || bound.Rate == 0:
-		t = int64(math.Ceil(bound.Period.Seconds()))
-	default: // until the bucket is full again, at its rate
-		t = int64(math.Ceil(float64(max(bound.Burst-d.Remaining, 0)) * bound.Period.Seconds() / float64(bound.Rate)))
-	}
-	h.Set(HeaderRateLimit, `"`+string(d.Bound)+`";r=`+strconv.FormatInt(max(d.Remaining, 0), 10)+";t="+strconv.FormatInt(t, 10))
-}
-
-// RetryAfterSeconds is the Retry-After value for a wait: whole seconds,
-// rounded up, at least 1.
-func RetryAfterSeconds(d time.Duration) int64 {
-	return max(int64(math.Ceil(d.Seconds())), 1)
-}
+// RetryAfterSeconds is quotaheaders.RetryAfterSeconds.
+func RetryAfterSeconds(d time.Duration) int64 { return quotaheaders.RetryAfterSeconds(d) }
 
 // parseRequest reads the decision request from the path and headers; a
 // non-empty problem says what is wrong with it.

@@ -1,0 +1,102 @@
+// Package quotaheaders writes a decision as the HTTP header fields every
+// quotaplane surface returns: the decision API, forward auth, Envoy's rate
+// limit service and external authorization (as response_headers_to_add and a
+// denied response's headers), and the in-process middleware. One function
+// builds them, so every surface says the same thing.
+//
+// On every answer: RateLimit-Policy, the limits in force for the request,
+// one item per level (q tokens per w seconds), and RateLimit, the level that
+// bounds the answer (r tokens remaining, t seconds until a retry passes or,
+// when allowed, until that level is full again): the IETF httpapi ratelimit
+// header fields. On a denial also Retry-After (whole seconds, rounded up,
+// at least 1), X-Quota-Level (global|tenant|endpoint|key) and X-Quota-Reason.
+package quotaheaders
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// Request header fields: who a request is for.
+const (
+	Tenant = "X-Tenant"
+	APIKey = "X-Api-Key"
+	Units  = "X-Quota-Units"
+)
+
+// Response header fields.
+const (
+	RetryAfter      = "Retry-After"
+	Level           = "X-Quota-Level"
+	Reason          = "X-Quota-Reason"
+	RateLimitPolicy = "RateLimit-Policy"
+	RateLimit       = "RateLimit"
+)
+
+// Each calls add with every response header field of decision d, made
+// under limits (enforcer.Engine.LimitsFor), in a fixed order.
+func Each(limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision, add func(name, value string)) {
+	var buf [256]byte
+	b := buf[:0]
+	var bound *policy.Limit
+	for i, l := range limits {
+		if l == nil {
+			continue
+		}
+		level := enforcer.Levels[i]
+		if level == d.Bound {
+			bound = l
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '"')
+		b = append(b, level...)
+		b = append(b, `";q=`...)
+		b = strconv.AppendInt(b, l.Rate, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, int64(math.Ceil(l.Period.Seconds())), 10)
+	}
+	if len(b) > 0 {
+		add(RateLimitPolicy, string(b))
+	}
+	if bound != nil {
+		var t int64
+		switch {
+		case !d.Allow:
+			t = RetryAfterSeconds(d.RetryAfter)
+		case bound.Algorithm == policy.SlidingWindow || bound.Rate == 0:
+			t = int64(math.Ceil(bound.Period.Seconds()))
+		default: // until the bucket is full again, at its rate
+			t = int64(math.Ceil(float64(max(bound.Burst-d.Remaining, 0)) * bound.Period.Seconds() / float64(bound.Rate)))
+		}
+		b = append(b[:0], '"')
+		b = append(b, d.Bound...)
+		b = append(b, `";r=`...)
+		b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, t, 10)
+		add(RateLimit, string(b))
+	}
+	if !d.Allow {
+		add(RetryAfter, strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
+		add(Level, string(d.Level))
+		add(Reason, d.Reason)
+	}
+}
+
+// Set sets the fields of Each on h.
+func Set(h http.Header, limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision) {
+	Each(limits, d, h.Set)
+}
+
+// RetryAfterSeconds is the Retry-After value for a wait: whole seconds,
+// rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) int64 {
+	return max(int64(math.Ceil(d.Seconds())), 1)
+}
