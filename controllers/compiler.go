@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -23,11 +26,17 @@ import (
 // +kubebuilder:rbac:groups=quotaplane.io,resources=quotaplanes;tenantquotas;endpointquotas;burstpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=quotaplane.io,resources=quotaplanes/status;tenantquotas/status;endpointquotas/status;burstpools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // compiler compiles and publishes one namespace's plane per reconcile; its
 // requests carry only the namespace.
 type compiler struct {
-	client   client.Client
+	client client.Client
+	// secrets reads the Secrets that TenantQuotas name for their api keys,
+	// one Get each, past the cache: the manager may get a Secret, never
+	// list or watch them, so it holds none but those in use, and a changed
+	// Secret is read again at the next resync.
+	secrets  client.Reader
 	stores   *stores
 	verdicts *verdicts
 	recorder events.EventRecorder
@@ -55,8 +64,12 @@ func (c *compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		c.metrics.forget(ns)
 		return ctrl.Result{}, nil
 	}
+	secrets, err := c.keySecrets(ctx, ns, objs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	previous := c.verdicts.get(ns)
-	v, published, err := compilePlane(ctx, ns, objs, previous, c.stores.get)
+	v, published, err := compilePlane(ctx, ns, append(slices.Clip(objs), secrets...), previous, c.stores.get)
 	c.verdicts.set(ns, v)
 	c.metrics.record(v)
 
@@ -117,6 +130,31 @@ func (c *compiler) list(ctx context.Context, ns string) ([]runtime.Object, error
 		objs = append(objs, &pools.Items[i])
 	}
 	return objs, nil
+}
+
+// keySecrets reads the Secrets the TenantQuotas of objs name in
+// spec.keySecretRef. A Secret that is not there is left out, and Compile
+// says so on the TenantQuota.
+func (c *compiler) keySecrets(ctx context.Context, ns string, objs []runtime.Object) ([]runtime.Object, error) {
+	var secrets []runtime.Object
+	read := map[string]bool{}
+	for _, o := range objs {
+		tq, ok := o.(*v1alpha1.TenantQuota)
+		if !ok || tq.Spec.KeySecretRef == nil || read[tq.Spec.KeySecretRef.Name] {
+			continue
+		}
+		name := tq.Spec.KeySecretRef.Name
+		read[name] = true
+		var secret corev1.Secret
+		switch err := c.secrets.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &secret); {
+		case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("read Secret %s/%s, the api keys of TenantQuota %s: %w", ns, name, tq.Name, err)
+		}
+		secrets = append(secrets, &secret)
+	}
+	return secrets, nil
 }
 
 // stores keeps one policy store per plane.

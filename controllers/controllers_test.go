@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,6 +145,46 @@ func TestManager(t *testing.T) {
 			return c != nil && c.Status == metav1.ConditionTrue
 		})
 		waitEvent(t, env, ns, corev1.EventTypeWarning, "Rejected", "hooli")
+	})
+
+	t.Run("a tenant's api keys come from its Secret, as hashes only", func(t *testing.T) {
+		ns := namespace(t, env, "keys")
+		create(t, env, samples(t, ns))
+		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keyed"},
+			Spec: v1alpha1.TenantQuotaSpec{Tenant: "keyed", Tier: "standard",
+				KeyHashes:    []string{policy.HashKey("listed-key")},
+				KeySecretRef: &v1alpha1.SecretReference{Name: "keyed-keys"}}}
+		if err := env.Client.Create(ctx, tq); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "a missing Secret is named on the TenantQuota", func() bool {
+			get(t, env, tq)
+			c := ready(tq)
+			return c != nil && c.Reason == ReasonInvalid && strings.Contains(c.Message, `"keyed-keys"`)
+		})
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "keyed-keys"},
+			Data: map[string][]byte{"a": []byte("raw-secret-key\n"), "b": []byte(policy.HashKey("other-key"))}}
+		if err := env.Client.Create(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "the tenant is published once its Secret exists", func() bool {
+			get(t, env, tq)
+			c := ready(tq)
+			return c != nil && c.Status == metav1.ConditionTrue
+		})
+		p := current(t, r, ns+"/main")
+		got, _ := p.Tenant("keyed")
+		want := []string{policy.HashKey("listed-key"), policy.HashKey("other-key"), policy.HashKey("raw-secret-key")}
+		slices.Sort(want)
+		if !slices.Equal(got.KeyHashes, want) {
+			t.Fatalf("published key hashes %v; want %v", got.KeyHashes, want)
+		}
+		if !p.KeyBelongs("keyed", "raw-secret-key") || p.KeyBelongs("keyed", "raw-secret-key\n") {
+			t.Error("the Secret's key (without its trailing newline) does not belong to the tenant")
+		}
+		if blob := string(p.Encode()); strings.Contains(blob, "raw-secret-key") {
+			t.Fatal("the published policy holds a raw api key")
+		}
 	})
 
 	t.Run("a deleted object leaves the next version", func(t *testing.T) {

@@ -109,7 +109,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		pokes[k.kind] = make(chan event.GenericEvent, 1024)
 		b = b.Watches(k.object(), byNamespace)
 	}
-	if err := b.Complete(&compiler{client: c, stores: st, verdicts: vs, recorder: recorder, metrics: metrics, pokes: pokes, resync: o.Resync}); err != nil {
+	if err := b.Complete(&compiler{client: c, secrets: mgr.GetAPIReader(), stores: st, verdicts: vs, recorder: recorder, metrics: metrics, pokes: pokes, resync: o.Resync}); err != nil {
 		return err
 	}
 

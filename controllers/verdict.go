@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -60,7 +61,7 @@ func compilePlane(ctx context.Context, ns string, objs []runtime.Object, previou
 	var planes []string
 	for _, o := range objs {
 		m, ok := o.(client.Object)
-		if !ok {
+		if _, secret := o.(*corev1.Secret); !ok || secret { // Secrets are read, never given a status
 			continue
 		}
 		v.objects[objectKey{kindOf(o), m.GetName()}] = compiled{generation: m.GetGeneration()}
