@@ -236,10 +236,7 @@ func CanonicalPath(uri string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("the path has a bad percent-encoding in %q", s)
 		}
-		segments[i] = (&url.URL{Path: d}).EscapedPath()
-		if strings.HasPrefix(segments[i], "./") { // EscapedPath guards a colon this way
-			segments[i] = segments[i][2:]
-		}
+		segments[i] = url.PathEscape(d)
 	}
 	trailing := strings.HasSuffix(p, "/") && len(p) > 1
 	clean := path.Clean("/" + strings.Join(segments, "/"))
