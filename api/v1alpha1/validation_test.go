@@ -53,6 +53,7 @@ const (
 	wantCeiling     = "perTenantCeiling must be at most the pool size; lower perTenantCeiling or raise size"
 	wantDuplicate   = "Duplicate value"
 	wantTierName    = "should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"
+	wantEntryKey    = "a descriptor entry key may name only one of tenant, endpoint and apiKey; remove it from one list"
 )
 
 // plane is a valid QuotaPlane spec with extra fields appended.
@@ -145,6 +146,19 @@ var admissionCases = []admissionCase{
 	{name: "perTenantCeiling above size", kind: "BurstPool", spec: "{size: 100, refillRate: 10, perTenantCeiling: 101}", field: "spec.perTenantCeiling", want: wantCeiling},
 	{name: "17 borrowing tiers", kind: "BurstPool", spec: "{size: 100, refillRate: 10, perTenantCeiling: 10, tiers: " + manyTiers(17, false) + "}", field: "spec.tiers", want: "must have at most 16 items"},
 	{name: "borrowing tier not a tier name", kind: "BurstPool", spec: "{size: 100, refillRate: 10, perTenantCeiling: 10, tiers: [Gold]}", field: "spec.tiers[0]", want: wantTierName},
+	{name: "keyBinding unknown", kind: "QuotaPlane", spec: plane(", keyBinding: closed"), field: "spec.keyBinding", want: `supported values: "open", "bound"`},
+	{name: "descriptor entry key naming tenant and endpoint", kind: "QuotaPlane", spec: plane(", descriptors: {tenant: [x, tenant], endpoint: [x]}"), field: "spec.descriptors", want: wantEntryKey},
+	{name: "descriptor entry key naming tenant and api key", kind: "QuotaPlane", spec: plane(", descriptors: {tenant: [x], apiKey: [x]}"), field: "spec.descriptors", want: wantEntryKey},
+	{name: "descriptor entry key naming endpoint and api key", kind: "QuotaPlane", spec: plane(", descriptors: {endpoint: [x], apiKey: [x]}"), field: "spec.descriptors", want: wantEntryKey},
+	{name: "descriptor entry key with a space", kind: "QuotaPlane", spec: plane(", descriptors: {tenant: ['x y']}"), field: "spec.descriptors.tenant[0]", want: "should match"},
+	{name: "9 descriptor entry keys", kind: "QuotaPlane", spec: plane(", descriptors: {tenant: [a, b, c, d, e, f, g, h, i]}"), field: "spec.descriptors.tenant", want: "must have at most 8 items"},
+	{name: "match Pattern without a star", kind: "EndpointQuota", spec: "{endpoint: probe, match: [{path: {type: Pattern, value: /v1/x}}]}", field: "spec.match[0].path", want: "a Pattern needs at least one segment that is exactly '*'"},
+	{name: "match path relative", kind: "EndpointQuota", spec: "{endpoint: probe, match: [{path: {value: v1/x}}]}", field: "spec.match[0].path.value", want: "should match"},
+	{name: "match path with an empty segment", kind: "EndpointQuota", spec: "{endpoint: probe, match: [{path: {value: /v1//x}}]}", field: "spec.match[0].path.value", want: "should match"},
+	{name: "match method unknown", kind: "EndpointQuota", spec: "{endpoint: probe, match: [{path: {value: /v1}, methods: [FETCH]}]}", field: "spec.match[0].methods[0]", want: "supported values"},
+	{name: "match type unknown", kind: "EndpointQuota", spec: "{endpoint: probe, match: [{path: {type: Regex, value: /v1}}]}", field: "spec.match[0].path.type", want: "supported values"},
+	{name: "key hash too short", kind: "TenantQuota", spec: "{tenant: acme, keyHashes: ['sha256:abc']}", field: "spec.keyHashes[0]", want: "should match"},
+	{name: "key hash listed twice", kind: "TenantQuota", spec: "{tenant: acme, keyHashes: [" + keyHash + ", " + keyHash + "]}", field: "spec.keyHashes[1]", want: wantDuplicate},
 
 	// Accepted: the edges of every rule above, and what Compile allows that
 	// a stricter schema might forbid.
@@ -172,7 +186,13 @@ var admissionCases = []admissionCase{
 	{name: "tenant without a tier", kind: "TenantQuota", spec: "{tenant: acme, keys: [{key: 'k=1;x', limit: {rate: 1}}]}"},
 	{name: "tenant id of 256 characters", kind: "TenantQuota", spec: "{tenant: " + strings.Repeat("a", 256) + "}"},
 	{name: "perTenantCeiling equal to size", kind: "BurstPool", spec: "{size: 100, refillRate: 0, perTenantCeiling: 100}"},
+	{name: "keys bound and descriptors mapped", kind: "QuotaPlane", spec: plane(", keyBinding: bound, descriptors: {tenant: [x-tenant, tenant], endpoint: [generic_key], apiKey: ['key:1']}")},
+	{name: "matches of every type", kind: "EndpointQuota", spec: "{endpoint: probe, match: [{path: {type: Exact, value: /v1/probe}, methods: [GET, HEAD]}, {path: {type: Pattern, value: '/v1/models/*/probe/'}}, {path: {value: /}}]}"},
+	{name: "key hashes", kind: "TenantQuota", spec: "{tenant: acme, keyHashes: [" + keyHash + "]}"},
 }
+
+// keyHash is a valid api key hash (of "k").
+const keyHash = "'sha256:8254c329a92850f6d539dd376f4816ee2764517da5e0235514af433164480d7a'"
 
 // TestCRDValidation runs every admissionCase, and the sample plane, against
 // one real API server with the generated CRDs.

@@ -523,6 +523,9 @@ func compileKeyHashes(tq *v1alpha1.TenantQuota, secrets map[string]*corev1.Secre
 		if !ValidKeyHash(h) {
 			ps.add(fmt.Sprintf("spec.keyHashes[%d]", i), "%q is not a key hash; write sha256: and the 64 lower-case hex digits that `printf %%s \"$KEY\" | sha256sum` prints", h)
 		}
+		if slices.Contains(s.KeyHashes[:i], h) {
+			ps.add(fmt.Sprintf("spec.keyHashes[%d]", i), "key hash %q is listed twice", h)
+		}
 	}
 	if ref := s.KeySecretRef; ref != nil {
 		secret := secrets[tq.Namespace+"/"+ref.Name]
