@@ -160,24 +160,21 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 
 // prepare resolves r's limits from the full policy into a script call.
 func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
-	if err := validate(r); err != nil {
+	ep, cost, err := snap.resolve(r)
+	if err != nil {
 		return nil, err
-	}
-	ep, cost, ok := snap.endpoint(r.Endpoint)
-	if !ok {
-		return nil, fmt.Errorf("%w: %q is not an endpoint of plane %s", ErrUnknownEndpoint, r.Endpoint, snap.policy.Plane())
 	}
 	p := snap.policy
 	t, known := p.Tenant(r.Tenant)
 	if !known {
-		if t, ok = p.DefaultTenant(r.Tenant, r.Tier); !ok {
-			return nil, fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, p.Plane())
-		}
+		t, _ = p.DefaultTenant(r.Tenant, r.Tier) // resolve checked that the plane lets it through
 	}
 	c := callPool.Get().(*centralCall)
 	c.reset()
-	c.snap, c.tenant, c.cost = snap, t, cost*max(r.Units, 1)
+	c.snap, c.tenant, c.cost = snap, t, cost
+	endpointName := r.Endpoint
 	if ep >= 0 {
+		endpointName = snap.endpoints[ep].Name // canonical: "Export" is export's bucket
 		c.endpoint = &snap.endpoints[ep]
 		c.epLim = p.EndpointLimit(&t, ep)
 	}
@@ -205,7 +202,7 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 	c.keys = [4]string{
 		levelKey(prefix+"t:"+holder, t.Limit),
 		prefix + "a:" + holder,
-		levelKey(prefix+"e:"+holder+":"+r.Endpoint, c.epLim),
+		levelKey(prefix+"e:"+holder+":"+endpointName, c.epLim),
 		levelKey(prefix+"k:"+holder+":"+lengthPrefixed(r.APIKey), c.keyLim),
 	}
 	return c, nil
@@ -228,15 +225,8 @@ func (b *central) record(c *centralCall, r *Request, d *Decision) {
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if d.Allow {
-		ts.stats.admitted++
-		ts.stats.admittedCost += d.Cost
-		ts.stats.borrowed += d.Borrowed
-	} else {
-		ts.stats.denied[d.Level.index()]++
-	}
 	ts.lastSeen = e.clock()
-	ts.trace.record(ts.lastSeen, d, r.APIKey, c.endpoint)
+	ts.recordLocked(ts.lastSeen, d, r.APIKey, c.endpoint)
 }
 
 // levelKey names a level's state; a sliding window is a different kind of

@@ -19,8 +19,10 @@ import (
 // backends build on it.
 //
 // Lock order: the reconciler's mu, then the fairness tick's mu, then swapMu
-// (policy swaps, pruning), then a tenant's mu or plane.mu (never both but in
-// decideLocked, tenant first), then a registry shard's mu.
+// (policy swaps, pruning), then tenants' mu (one, but a DecideAll's group
+// takes each of its tenants' in the order of their ids: tenantState.id),
+// then plane.mu (after the tenants' when both are held: decideLocked and
+// DecideAll), then a registry shard's mu.
 type Engine struct {
 	// policy is the policy in force; snap is what the engine's own state
 	// enforces: the policy itself in mode local, this node's share of it in
@@ -493,20 +495,13 @@ const (
 // decideOpts decides r into d (filled in place: a Decision is too big to
 // copy through every call).
 func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision) error {
-	if err := validate(r); err != nil {
-		return err
-	}
 	for {
 		snap := e.snap.Load()
-		ep, cost, ok := snap.endpoint(r.Endpoint)
-		if !ok {
-			return fmt.Errorf("%w: %q is not an endpoint of plane %s", ErrUnknownEndpoint, r.Endpoint, snap.policy.Plane())
+		ep, cost, err := snap.resolve(r)
+		if err != nil {
+			return err
 		}
-		cost *= max(r.Units, 1)
 		ts := snap.known[r.Tenant]
-		if ts == nil && snap.denyUnknown {
-			return fmt.Errorf("%w: %q is not a tenant of plane %s, which denies unknown tenants", ErrUnknownTenant, r.Tenant, snap.policy.Plane())
-		}
 		if ts == nil {
 			ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(snap.known))
 		}
@@ -523,21 +518,17 @@ func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision)
 	}
 }
 
-// validate checks what every backend checks first.
-func validate(r *Request) error {
-	if r.Tenant == "" {
-		return fmt.Errorf("%w: the tenant is empty", ErrInvalidRequest)
-	}
-	if r.Units < 0 || r.Units > MaxUnits {
-		return fmt.Errorf("%w: units %d out of range [0, %d]", ErrInvalidRequest, r.Units, MaxUnits)
-	}
-	return nil
-}
-
 // decideAndUnlock brings the tenant's state to snap, decides and releases
 // ts.mu, also if something panics: one bad decision must not wedge a tenant.
 func (e *Engine) decideAndUnlock(snap *snapshot, ts *tenantState, r *Request, ep int, cost, now int64, mode decideMode, d *Decision) {
 	defer ts.mu.Unlock()
+	e.bringLocked(snap, ts, r, now)
+	e.decideLocked(snap, ts, ep, cost, r.APIKey, now, mode, d, nil)
+}
+
+// bringLocked brings the tenant's state to snap and, for a tenant the
+// policy does not name, to the tier r asks for.
+func (e *Engine) bringLocked(snap *snapshot, ts *tenantState, r *Request, now int64) {
 	if ts.snap != snap {
 		ts.syncLocked(snap, now, &e.keys)
 	} else if !ts.known && r.Tier != ts.requestedTier && ts.name != overflowName {
@@ -545,14 +536,18 @@ func (e *Engine) decideAndUnlock(snap *snapshot, ts *tenantState, r *Request, ep
 		ts.requestedTier = strings.Clone(r.Tier)
 		ts.syncLocked(snap, now, &e.keys)
 	}
-	e.decideLocked(snap, ts, ep, cost, r.APIKey, now, mode, d)
 }
 
 // decideLocked decides with ts.mu held: it evaluates the levels below global
 // on the tenant's own state, then the global level under plane.mu, and
 // debits every level only when all of them pass, so a denied request consumes
 // nothing anywhere.
-func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, mode decideMode, d *Decision) {
+//
+// With a group (DecideAll), plane.mu is held by the caller for the whole
+// group, every debit is noted in the group's undo log, and the decision is
+// neither counted nor traced: the group's outcome decides how (see
+// group.finishLocked).
+func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, mode decideMode, d *Decision, g *group) {
 	ts.lastSeen = now
 
 	// Levels below global, in order; the first that cannot cover the cost is
@@ -624,12 +619,14 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 
 	// The global level and the burst pool.
 	pl := &e.plane
-	pl.mu.Lock()
+	if g == nil {
+		pl.mu.Lock()
+	}
 	if pl.snap == nil || pl.snap.seq < snap.seq { // forward only: see decideOpts
 		pl.syncLocked(snap, now)
 	}
-	g := &pl.global
-	g.settle(now)
+	glob := &pl.global
+	glob.settle(now)
 	if lower == LevelNone && mode == arrival {
 		pl.offered += cost
 	}
@@ -643,7 +640,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		// exactly its limit then falls on the tenants that caused it.
 		reserve = snap.contendedReserve
 	}
-	globalOK := g.canCoverAbove(cost, reserve)
+	globalOK := glob.canCoverAbove(cost, reserve)
 	if globalOK && shareOK && borrow > 0 {
 		// The tenant level comes before endpoint and key: a dry pool fails
 		// it whatever they say.
@@ -658,22 +655,24 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		reserveDenied bool // the global bucket covers the cost, but not above the reserve
 	)
 	if allow {
-		g.take(cost, now)
+		g.take(glob, cost, now)
 		pl.admitted += cost
 		if borrow > 0 {
-			pl.pool.take(borrow, now)
+			g.take(&pl.pool, borrow, now)
 		}
 	} else if !globalOK {
-		globalRetry = g.retryAboveUs(cost, reserve, now)
-		reserveDenied = reserve > 0 && g.canCover(cost)
+		globalRetry = glob.retryAboveUs(cost, reserve, now)
+		reserveDenied = reserve > 0 && glob.canCover(cost)
 	}
-	globalRemaining := g.remaining() // read under plane.mu: other tenants debit it
-	var pool limiter                 // a copy, for the wait of a tenant that may borrow
+	globalRemaining := glob.remaining() // read under plane.mu: other tenants debit it
+	var pool limiter                    // a copy, for the wait of a tenant that may borrow
 	if !allow && globalOK && shareOK && lower == LevelTenant && ts.mayBorrow && pl.pool.active() {
 		pl.pool.settle(now)
 		pool = pl.pool
 	}
-	pl.mu.Unlock()
+	if g == nil {
+		pl.mu.Unlock()
+	}
 
 	*d = Decision{Allow: allow, Cost: cost}
 	if mode == fromQueue && (allow || globalOK && shareOK) {
@@ -683,24 +682,23 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	}
 	switch {
 	case allow:
-		ts.limit.takeIfActive(cost-borrow, now)
+		if ts.limit.active() && cost > borrow {
+			g.take(&ts.limit, cost-borrow, now)
+		}
 		if borrow > 0 {
-			ts.allowance.take(borrow, now)
+			g.take(&ts.allowance, borrow, now)
 			d.Borrowed = borrow
-			ts.stats.borrowed += borrow
 		}
 		if epLim != nil {
-			epLim.take(cost, now)
+			g.take(epLim, cost, now)
 		}
-		if key != nil {
-			key.limit.takeIfActive(cost, now)
+		if key != nil && key.limit.active() {
+			g.take(&key.limit, cost, now)
 		}
 		if paced {
-			ts.share.level -= float64(cost)
+			g.takeShare(&ts.share, float64(cost))
 		}
 		d.Remaining, d.Bound = remainingAfter(globalRemaining, &ts.limit, epLim, key)
-		ts.stats.admitted++
-		ts.stats.admittedCost += cost
 	case mode == fromQueue && (!globalOK || !shareOK):
 		// The waiter goes on waiting: nothing to record.
 		d.Level, d.Bound, d.RetryAfter = LevelGlobal, LevelGlobal, retryDuration(globalRetry)
@@ -724,7 +722,6 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 		d.RetryAfter = retryDuration(globalRetry)
 		d.Remaining = globalRemaining
-		ts.stats.denied[globalLevel]++
 		e.fair.globalDenials.Add(1)
 	default:
 		d.Level, d.Bound, d.Reason = lower, lower, lowerReason
@@ -734,13 +731,15 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 		d.RetryAfter = retryDuration(wait)
 		d.Remaining = lowerLim.remaining()
-		ts.stats.denied[lower.index()]++
+	}
+	if g != nil {
+		return // counted and traced with the group's outcome
 	}
 	var endpoint *policy.Endpoint
 	if ep >= 0 {
 		endpoint = &snap.endpoints[ep]
 	}
-	ts.trace.record(now, d, apiKey, endpoint)
+	ts.recordLocked(now, d, apiKey, endpoint)
 }
 
 // remainingAfter is the tokens left at the tightest active level: the

@@ -260,6 +260,12 @@ func (w *slidingWindow) add(now, cost, rate int64) {
 	w.sum += cost
 }
 
+// removeNewest takes back the newest entry (a debit undone).
+func (w *slidingWindow) removeNewest() {
+	w.n--
+	w.sum -= w.entries[(w.head+w.n)%len(w.entries)].cost
+}
+
 // waitUs is how long until enough entries leave the window for cost to fit.
 func (w *slidingWindow) waitUs(now, cost, rate, periodUs int64) int64 {
 	// From an earlier request, the wait also covers the gap to latest.

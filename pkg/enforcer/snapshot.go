@@ -3,6 +3,7 @@ package enforcer
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
@@ -53,8 +54,10 @@ type snapshot struct {
 	shardPrefixes []string
 	denyUnknown   bool
 	denyEndpoint  bool
-	maxCost       int64 // the largest endpoint cost, at least 1
-	minCost       int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
+	// bound: the plane binds api keys to tenants (policy.KeyBindingBound).
+	bound   bool
+	maxCost int64 // the largest endpoint cost, at least 1
+	minCost int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
 
 	global        *policy.Limit
 	globalPerSec  float64       // the global limit's refill rate in tokens per second
@@ -131,6 +134,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		shardPrefixes: shardPrefixes(p),
 		denyUnknown:   spec.UnknownTenants == "deny",
 		denyEndpoint:  spec.UnknownEndpoints == "deny",
+		bound:         p.KeyBinding() == policy.KeyBindingBound,
 		maxCost:       1,
 		global:        &spec.Global,
 		tierRank:      make(map[string]int, len(spec.Tiers)),
@@ -223,7 +227,12 @@ func (s *snapshot) reason(kind reasonKind, lim *policy.Limit) string {
 }
 
 // endpoint finds an endpoint's index (-1 for an endpoint the plane does not
-// name) and cost. ok is false when the plane denies unknown endpoints.
+// name, and for none) and cost. ok is false when the plane denies unknown
+// endpoints. A name resolves canonically (policy.ResolveEndpoint): the
+// endpoint of that name, else the one whose name equals it but for ASCII
+// case, so that "Export" costs what "export" costs and meets its limits;
+// Compile refuses two endpoints that differ only in case. name is valid
+// (ValidateRequest: ASCII only), where strings.EqualFold is ASCII folding.
 func (s *snapshot) endpoint(name string) (index int, cost int64, ok bool) {
 	if len(s.endpoints) <= 8 { // a handful of endpoints: a scan beats hashing
 		for i := range s.endpoints {
@@ -231,7 +240,12 @@ func (s *snapshot) endpoint(name string) (index int, cost int64, ok bool) {
 				return i, s.endpoints[i].Cost, true
 			}
 		}
-	} else if i, found := s.policy.EndpointIndex(name); found {
+		for i := range s.endpoints {
+			if strings.EqualFold(s.endpoints[i].Name, name) {
+				return i, s.endpoints[i].Cost, true
+			}
+		}
+	} else if i, found := s.policy.ResolveEndpoint(name); found {
 		return i, s.endpoints[i].Cost, true
 	}
 	return -1, 1, !s.denyEndpoint

@@ -15,6 +15,7 @@ import (
 // them, so that an uncontended decision reads as few cache lines as it can.
 type tenantState struct {
 	mu       sync.Mutex
+	id       uint64    // unique, never changes: the order in which a group locks its tenants
 	removed  bool      // pruned from the registry: look the tenant up again
 	known    bool      // the policy names the tenant (tenant.Known)
 	snap     *snapshot // the snapshot the derived fields were derived from
@@ -41,6 +42,12 @@ type tenantState struct {
 	share     shareBucket
 	allowance limiter // borrow allowance: PerTenantCeiling, repaid at the pool's refill rate
 	trace     traceRing
+
+	// hashedKey is the api key whose short hash is keyHash: the trace
+	// stores a key's hash, never the key, and most of a tenant's traffic
+	// comes through few keys.
+	hashedKey string
+	keyHash   [shortKeyHashBytes]byte
 
 	name          string
 	requestedTier string        // the tier the first request asked for (unknown tenants)
@@ -74,6 +81,45 @@ type counters struct {
 	admittedCost int64
 	denied       [len(Levels)]int64
 	borrowed     int64
+}
+
+// recordLocked counts decision d, made at now, in the tenant's counters and
+// writes it to its trace.
+func (ts *tenantState) recordLocked(now int64, d *Decision, apiKey string, endpoint *policy.Endpoint) {
+	if d.Allow {
+		ts.stats.admitted++
+		ts.stats.admittedCost += d.Cost
+		ts.stats.borrowed += d.Borrowed
+	} else {
+		ts.stats.denied[d.Level.index()]++
+	}
+	h, hasKey := ts.keyHashLocked(apiKey)
+	ts.trace.record(now, d, h, hasKey, endpoint)
+}
+
+// recordGroupLocked records a request of a group: as recordLocked when the
+// group was admitted or the request denied; a request that passed in a
+// denied group is traced as undone (nothing was debited) and not counted.
+func (ts *tenantState) recordGroupLocked(now int64, d *Decision, apiKey string, endpoint *policy.Endpoint, groupAllowed bool) {
+	if groupAllowed || !d.Allow {
+		ts.recordLocked(now, d, apiKey, endpoint)
+		return
+	}
+	undone := Decision{Cost: d.Cost, Reason: reasonGroupUndone}
+	h, hasKey := ts.keyHashLocked(apiKey)
+	ts.trace.record(now, &undone, h, hasKey, endpoint)
+}
+
+// keyHashLocked is the short hash of an api key (policy.ShortKeyHash, as
+// bytes); ok is false for no key. Computed once per change of key.
+func (ts *tenantState) keyHashLocked(key string) (h [shortKeyHashBytes]byte, ok bool) {
+	if key == "" {
+		return h, false
+	}
+	if key != ts.hashedKey {
+		ts.hashedKey, ts.keyHash = key, shortKeyHash(key)
+	}
+	return ts.keyHash, true
 }
 
 // overflowName names the state shared by keys (and tenants) beyond the bounds.
@@ -263,6 +309,7 @@ func (ts *tenantState) pruneKeysLocked(cutoff, now int64, keys *keyBudget) {
 type registry struct {
 	seed   maphash.Seed
 	count  atomic.Int64
+	ids    atomic.Uint64 // the last tenantState.id given
 	shards [registryShards]registryShard
 }
 
@@ -312,7 +359,7 @@ func (r *registry) getOrCreate(name, tier string, limit int) *tenantState {
 	if ts := sh.tenants[name]; ts != nil {
 		return ts
 	}
-	ts := &tenantState{name: strings.Clone(name), requestedTier: strings.Clone(tier)}
+	ts := &tenantState{id: r.ids.Add(1), name: strings.Clone(name), requestedTier: strings.Clone(tier)}
 	ts.partBits.Store(math.Float64bits(1))
 	sh.tenants[ts.name] = ts
 	r.count.Add(1)

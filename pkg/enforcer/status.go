@@ -12,8 +12,10 @@ import (
 // LimitStatus is one limit in force and what is left of it.
 type LimitStatus struct {
 	Level Level
-	// Name is the endpoint or api key the limit belongs to; empty for the
-	// global and tenant levels.
+	// Name is the endpoint the limit belongs to, or the api key's short
+	// hash (policy.ShortKeyHash: never the key), or "(other keys)" for the
+	// limiter keys beyond the engine's bound share; empty for the global
+	// and tenant levels.
 	Name      string
 	Limit     policy.Limit
 	Remaining int64
@@ -46,6 +48,14 @@ type TenantStatus struct {
 	// Trace holds the last TraceLength decisions, newest first.
 	Trace         []TraceEntry
 	PolicyVersion int64
+}
+
+// otherKeys names the key limiter shared by keys beyond the engine's bounds.
+const otherKeys = "(other keys)"
+
+type keyStatus struct {
+	name  string
+	state *keyState
 }
 
 // PlaneStatus is the state shared by every tenant.
@@ -123,13 +133,19 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 	for i := range ts.endpoints {
 		add(LevelEndpoint, ts.snap.endpoints[i].Name, &ts.endpoints[i])
 	}
-	keys := make([]string, 0, len(ts.keys))
-	for k := range ts.keys {
-		keys = append(keys, k)
+	// Keys by their short hash, never by themselves: the status is for
+	// debug views and logs.
+	keys := make([]keyStatus, 0, len(ts.keys))
+	for k, ks := range ts.keys {
+		name := otherKeys
+		if k != overflowName {
+			name = policy.ShortKeyHash(k)
+		}
+		keys = append(keys, keyStatus{name, ks})
 	}
-	slices.Sort(keys)
+	slices.SortFunc(keys, func(a, b keyStatus) int { return strings.Compare(a.name, b.name) })
 	for _, k := range keys {
-		add(LevelKey, strings.Replace(k, overflowName, "(other keys)", 1), &ts.keys[k].limit)
+		add(LevelKey, k.name, &k.state.limit)
 	}
 	return s, true
 }
@@ -214,7 +230,7 @@ func (e *Engine) LimitsFor(r *Request) (limits [len(Levels)]*policy.Limit) {
 		}
 	}
 	limits[LevelTenant.index()] = t.Limit
-	if ep, ok := p.EndpointIndex(r.Endpoint); ok {
+	if ep, ok := p.ResolveEndpoint(r.Endpoint); ok {
 		limits[LevelEndpoint.index()] = p.EndpointLimit(&t, ep)
 	}
 	if r.APIKey != "" {

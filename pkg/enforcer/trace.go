@@ -1,6 +1,8 @@
 package enforcer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
@@ -13,7 +15,10 @@ const TraceLength = 16
 type TraceEntry struct {
 	At       time.Time
 	Endpoint string
-	APIKey   string
+	// KeyHash is the request's api key as policy.ShortKeyHash shows it (12
+	// hex digits of its SHA-256); empty for a request without a key. The
+	// trace never holds the key.
+	KeyHash  string
 	Cost     int64
 	Borrowed int64
 	Allow    bool
@@ -21,9 +26,9 @@ type TraceEntry struct {
 	Reason   string
 }
 
-// traceRing keeps the last TraceLength decisions. An entry is one cache
-// line: times in µs, the level as an index, and strings shared with the
-// policy or the request, never built.
+// traceRing keeps the last TraceLength decisions. An entry is less than one
+// cache line: times in µs, the level as an index, the key's short hash as
+// bytes, and strings shared with the policy, never built.
 type traceRing struct {
 	entries [TraceLength]traceEntry
 	next    int
@@ -33,12 +38,29 @@ type traceRing struct {
 type traceEntry struct {
 	atUs     int64
 	cost     int64
-	apiKey   string
 	reason   string
 	endpoint *policy.Endpoint // nil for an endpoint the plane does not name
 	borrowed int32            // at most a pool's size, below 2^31
 	level    int8             // index in Levels, -1 when allowed
 	allow    bool
+	hasKey   bool
+	keyHash  [shortKeyHashBytes]byte
+}
+
+// shortKeyHashBytes is the bytes of policy.ShortKeyHash's 12 hex digits.
+const shortKeyHashBytes = 6
+
+// shortKeyHash is policy.ShortKeyHash(key) as bytes, without allocating.
+func shortKeyHash(key string) (h [shortKeyHashBytes]byte) {
+	var buf [policy.MaxNameBytes]byte // a valid key fits: hashing from the stack
+	var sum [sha256.Size]byte
+	if len(key) <= len(buf) {
+		sum = sha256.Sum256(buf[:copy(buf[:], key)])
+	} else {
+		sum = sha256.Sum256([]byte(key))
+	}
+	copy(h[:], sum[:])
+	return h
 }
 
 // push makes room for the newest entry and returns it to be written.
@@ -49,15 +71,17 @@ func (r *traceRing) push() *traceEntry {
 	return e
 }
 
-// record writes decision d, made at now, as the newest entry.
-func (r *traceRing) record(now int64, d *Decision, apiKey string, endpoint *policy.Endpoint) {
-	// Written in place, field by field: an entry is a cache line, and a
-	// struct literal would be built aside and copied with write barriers.
+// record writes decision d, made at now, as the newest entry, with the
+// short hash of its api key when it has one.
+func (r *traceRing) record(now int64, d *Decision, keyHash [shortKeyHashBytes]byte, hasKey bool, endpoint *policy.Endpoint) {
+	// Written in place, field by field: a struct literal would be built
+	// aside and copied with write barriers.
 	entry := r.push()
 	entry.atUs, entry.cost, entry.borrowed, entry.allow = now, d.Cost, int32(d.Borrowed), d.Allow
-	entry.apiKey, entry.reason = apiKey, d.Reason
+	entry.reason = d.Reason
 	entry.level = int8(d.Level.index())
 	entry.endpoint = endpoint
+	entry.hasKey, entry.keyHash = hasKey, keyHash
 }
 
 // newestFirst copies the trace out, most recent decision first.
@@ -66,8 +90,11 @@ func (r *traceRing) newestFirst() []TraceEntry {
 	for i := range r.n {
 		e := r.entries[(r.next-1-i+2*TraceLength)%TraceLength]
 		out[i] = TraceEntry{
-			At: time.UnixMicro(e.atUs), APIKey: e.apiKey,
+			At:   time.UnixMicro(e.atUs),
 			Cost: e.cost, Borrowed: int64(e.borrowed), Allow: e.allow, Reason: e.reason,
+		}
+		if e.hasKey {
+			out[i].KeyHash = hex.EncodeToString(e.keyHash[:])
 		}
 		if e.endpoint != nil {
 			out[i].Endpoint = e.endpoint.Name

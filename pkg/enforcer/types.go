@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -78,6 +79,9 @@ const (
 	MaxRetryAfter = time.Hour
 )
 
+// MaxGroup bounds the requests of one DecideAll.
+const MaxGroup = 64
+
 // Errors for requests the engine cannot decide. They are wrapped with detail;
 // test them with errors.Is.
 var (
@@ -85,4 +89,20 @@ var (
 	ErrUnknownTenant   = errors.New("unknown tenant")
 	ErrUnknownEndpoint = errors.New("unknown endpoint")
 	ErrClosed          = errors.New("engine closed")
+	// ErrKeyNotBound: the plane binds api keys to tenants
+	// (policy.Policy.KeyBinding() == "bound") and the request's key is not
+	// one of its tenant's keys (or there is none). The error names the
+	// tenant and at most the key's policy.ShortKeyHash, never the key.
+	ErrKeyNotBound = errors.New("api key not bound to the tenant")
 )
+
+// RequestError is the error of DecideAll when one request of the group
+// cannot be decided; nothing was decided or debited.
+type RequestError struct {
+	Index int // the request's index in the group
+	Err   error
+}
+
+func (e *RequestError) Error() string { return fmt.Sprintf("request %d: %v", e.Index, e.Err) }
+
+func (e *RequestError) Unwrap() error { return e.Err }

@@ -73,7 +73,7 @@ type debugLimit struct {
 type debugEntry struct {
 	At       time.Time `json:"at"`
 	Endpoint string    `json:"endpoint,omitempty"`
-	APIKey   string    `json:"apiKey,omitempty"`
+	KeyHash  string    `json:"keyHash,omitempty"` // the api key's short hash, never the key
 	Cost     int64     `json:"cost"`
 	Borrowed int64     `json:"borrowed,omitempty"`
 	Allowed  bool      `json:"allowed"`
@@ -127,7 +127,7 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine) {
 		v.Denied[string(l)] = n
 	}
 	for _, t := range s.Trace {
-		v.Recent = append(v.Recent, debugEntry{At: t.At, Endpoint: t.Endpoint, APIKey: t.APIKey, Cost: t.Cost, Borrowed: t.Borrowed,
+		v.Recent = append(v.Recent, debugEntry{At: t.At, Endpoint: t.Endpoint, KeyHash: t.KeyHash, Cost: t.Cost, Borrowed: t.Borrowed,
 			Allowed: t.Allow, Level: string(t.Level), Reason: t.Reason})
 	}
 	writeJSON(w, http.StatusOK, v)
