@@ -1,20 +1,30 @@
 // Command enforcer decides requests against a quota plane.
 //
-//	enforcer [flags]        serve POST /api/{endpoint} on the policy
+//	enforcer [flags]        serve decisions on the policy
 //	enforcer check DIR...   compile the quota objects in each DIR and print every problem
+//
+// It serves the HTTP decision API (POST /api/{endpoint}, forward auth) on
+// -listen, Envoy's rate limit service and external authorization on
+// -grpc-listen (package gateway), and the admin surface on -admin-listen.
+// Each decision listener may require TLS, client certificates (mTLS) or a
+// bearer token (package authn; -tls-*, -client-ca-file, -token-file and
+// their -grpc-* twins).
 //
 // Without -policy it enforces the embedded sample plane (config/samples) in
 // mode local: no cluster, no Redis. With -redis-addr and -plane (and no
 // -policy) it follows the plane's policy in the Redis policy store, listening
-// at once and answering 503 until the first version arrives.
+// at once and answering 503 (gRPC: Unavailable) until the first version
+// arrives.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -22,10 +32,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/quotaplane/quotaplane/config/samples"
+	"github.com/quotaplane/quotaplane/pkg/authn"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/envflag"
+	"github.com/quotaplane/quotaplane/pkg/gateway"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/reload"
 	"github.com/quotaplane/quotaplane/pkg/server"
@@ -48,6 +61,11 @@ func run() error {
 	plane := flag.String("plane", envflag.String("QUOTAPLANE_PLANE", ""), "the plane to load from the policy store, namespace/name [QUOTAPLANE_PLANE]")
 	nodeID := flag.String("node-id", envflag.String("QUOTAPLANE_NODE_ID", ""), "this enforcer's id in its fleet (default: host name and a random suffix) [QUOTAPLANE_NODE_ID]")
 	listen := flag.String("listen", envflag.String("QUOTAPLANE_LISTEN", ":8080"), "API listen address [QUOTAPLANE_LISTEN]")
+	grpcListen := flag.String("grpc-listen", envflag.String("QUOTAPLANE_GRPC_LISTEN", ":8081"),
+		"gRPC listen address: Envoy's rate limit service and external authorization, health, reflection; empty disables [QUOTAPLANE_GRPC_LISTEN]")
+	var apiAuth, grpcAuth authn.Config
+	authFlags(&apiAuth, "", "QUOTAPLANE_", "API")
+	authFlags(&grpcAuth, "grpc-", "QUOTAPLANE_GRPC_", "gRPC")
 	adminListen := flag.String("admin-listen", envflag.String("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
 		"admin listen address: /healthz, /readyz, /metrics, /quota/debug; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
 	reloadEvery := flag.Duration("reload-interval", envflag.Duration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
@@ -84,19 +102,50 @@ func run() error {
 		opts = append(opts, enforcer.WithNodeID(*nodeID))
 	}
 
+	apiTLS, apiTokens, err := httpAuth(apiAuth)
+	if err != nil {
+		return fmt.Errorf("the API listener (-tls-cert-file, -tls-key-file, -client-ca-file, -token-file): %w", err)
+	}
+	var grpcOpts []grpc.ServerOption
+	if *grpcListen != "" {
+		if grpcOpts, err = grpcAuth.GRPCServerOptions(); err != nil {
+			return fmt.Errorf("the gRPC listener (-grpc-tls-cert-file, -grpc-tls-key-file, -grpc-client-ca-file, -grpc-token-file): %w", err)
+		}
+	}
+
 	// Listen at once: until the first policy is in force, /healthz says the
-	// process lives and everything else is 503 (server.Deferred).
+	// process lives and everything else is 503 (server.Deferred), and gRPC
+	// answers Unavailable with health NOT_SERVING.
 	var apiHandler, adminHandler server.Deferred
-	api, admin := newServer(*listen, &apiHandler), newServer(*adminListen, &adminHandler)
+	api, admin := newServer(*listen, authn.HTTP(&apiHandler, apiTokens)), newServer(*adminListen, &adminHandler)
+	api.TLSConfig = apiTLS
 	var engine *enforcer.Engine
-	errc := make(chan error, 2)
-	go func() { errc <- api.ListenAndServe() }()
+	errc := make(chan error, 3)
+	var gw *gateway.Server
+	if *grpcListen != "" {
+		lis, err := net.Listen("tcp", *grpcListen)
+		if err != nil {
+			return fmt.Errorf("-grpc-listen: %w", err)
+		}
+		gw = gateway.NewServer(grpcOpts...)
+		go func() { errc <- gw.Serve(lis) }()
+	}
+	go func() {
+		if apiTLS != nil {
+			errc <- api.ListenAndServeTLS("", "")
+			return
+		}
+		errc <- api.ListenAndServe()
+	}()
 	go func() { errc <- admin.ListenAndServe() }()
 	defer func() {
 		// Stop accepting, let in-flight decisions finish, then close the
 		// engine, which flushes what it owes Redis.
 		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		if gw != nil {
+			gw.Shutdown(shutdown) // GracefulStop until the deadline, then Stop
+		}
 		for _, srv := range []*http.Server{api, admin} {
 			if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				slog.Error("shutdown", "addr", srv.Addr, "err", err)
@@ -110,7 +159,6 @@ func run() error {
 
 	var (
 		p      *policy.Policy
-		err    error
 		source = "embedded samples"
 	)
 	switch {
@@ -153,8 +201,11 @@ func run() error {
 	}
 	apiHandler.Set(server.NewAPI(engine, metrics))
 	adminHandler.Set(server.NewAdmin(engine, metrics, loader.Ready))
-	slog.Info("enforcer serving", "listen", *listen, "admin", *adminListen, "policy", source, "plane", inForce.ID(),
-		"version", inForce.Version(), "hash", inForce.Hash()[:12], "mode", inForce.Spec().Mode)
+	if gw != nil {
+		gw.SetEngine(engine)
+	}
+	slog.Info("enforcer serving", "listen", *listen, "auth", apiAuth.Mode(), "grpc", *grpcListen, "grpc_auth", grpcAuth.Mode(),
+		"admin", *adminListen, "policy", source, "plane", inForce.ID(), "version", inForce.Version(), "hash", inForce.Hash()[:12], "mode", inForce.Spec().Mode)
 	select {
 	case err := <-errc:
 		return err
@@ -181,6 +232,33 @@ func firstFromStore(ctx context.Context, s *store.Store, errc <-chan error) (*po
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// authFlags defines the authentication flags of one listener: -<prefix>tls-cert-file
+// and the rest, each with its environment twin.
+func authFlags(c *authn.Config, prefix, envPrefix, listener string) {
+	flag.StringVar(&c.CertFile, prefix+"tls-cert-file", envflag.String(envPrefix+"TLS_CERT_FILE", ""),
+		fmt.Sprintf("the %s listener's TLS certificate (PEM; with -%stls-key-file serves TLS), read again when it changes [%sTLS_CERT_FILE]", listener, prefix, envPrefix))
+	flag.StringVar(&c.KeyFile, prefix+"tls-key-file", envflag.String(envPrefix+"TLS_KEY_FILE", ""),
+		fmt.Sprintf("the %s listener's TLS key (PEM) [%sTLS_KEY_FILE]", listener, envPrefix))
+	flag.StringVar(&c.ClientCAFile, prefix+"client-ca-file", envflag.String(envPrefix+"CLIENT_CA_FILE", ""),
+		fmt.Sprintf("require on the %s listener client certificates signed by a CA of this PEM bundle (mTLS; needs -%stls-cert-file) [%sCLIENT_CA_FILE]", listener, prefix, envPrefix))
+	flag.StringVar(&c.TokenFile, prefix+"token-file", envflag.String(envPrefix+"TOKEN_FILE", ""),
+		fmt.Sprintf("require on the %s listener \"Authorization: Bearer <token>\" with a token of this file (one per line), read again when it changes [%sTOKEN_FILE]", listener, envPrefix))
+}
+
+// httpAuth is what an HTTP listener needs of c: its TLS configuration
+// (nil: plain text) and its tokens (nil: none required).
+func httpAuth(c authn.Config) (*tls.Config, *authn.Tokens, error) {
+	tlsConfig, err := c.ServerTLS()
+	if err != nil {
+		return nil, nil, err
+	}
+	tokens, err := c.Tokens()
+	if err != nil {
+		return nil, nil, err
+	}
+	return tlsConfig, tokens, nil
 }
 
 // newServer is an HTTP server with timeouts and a header size limit.
