@@ -197,7 +197,11 @@ func run() error {
 		go loader.WatchDir(ctx, *policyDir, *reloadEvery)
 	case policies != nil:
 		go func() { _ = loader.WatchStore(ctx, policies) }()
-		go loader.Report(ctx, policies, metrics.Decisions, time.Second)
+		decisions := metrics.Decisions // the HTTP API's and, below, the gRPC server's
+		if gw != nil {
+			decisions = func() int64 { return metrics.Decisions() + gw.Decisions() }
+		}
+		go loader.Report(ctx, policies, decisions, time.Second)
 	}
 	apiHandler.Set(server.NewAPI(engine, metrics))
 	adminHandler.Set(server.NewAdmin(engine, metrics, loader.Ready))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -34,7 +35,8 @@ var (
 // authorizationService is envoy.service.auth.v3.Authorization.
 type authorizationService struct {
 	authv3.UnimplementedAuthorizationServer
-	engine func() (*enforcer.Engine, error)
+	engine    func() (*enforcer.Engine, error)
+	decisions *atomic.Int64 // may be nil
 }
 
 // Check decides the original request of req: see the package doc.
@@ -59,6 +61,9 @@ func (s *authorizationService) Check(ctx context.Context, req *authv3.CheckReque
 			return deniedCheck(typev3.StatusCode_BadRequest, codes.InvalidArgument, nil, errorBody(err.Error())), nil
 		}
 		return nil, engineStatus(err)
+	}
+	if s.decisions != nil {
+		s.decisions.Add(1)
 	}
 	limits := e.LimitsFor(&r)
 	headers := make([]*corev3.HeaderValueOption, 0, 5)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -34,7 +35,8 @@ const (
 // rateLimitService is envoy.service.ratelimit.v3.RateLimitService.
 type rateLimitService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	engine func() (*enforcer.Engine, error)
+	engine    func() (*enforcer.Engine, error)
+	decisions *atomic.Int64 // may be nil
 }
 
 // ShouldRateLimit decides all of req's descriptors together: see the
@@ -66,6 +68,9 @@ func (s *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 			}
 		}
 		return nil, engineStatus(err)
+	}
+	if s.decisions != nil {
+		s.decisions.Add(int64(n))
 	}
 	return rateLimitResponse(e, rs, ds, allowed), nil
 }

@@ -43,9 +43,10 @@ const (
 // reflection. Until SetEngine it answers every decision with Unavailable
 // and health with NOT_SERVING, as an enforcer does before its first policy.
 type Server struct {
-	grpc   *grpc.Server
-	health *health.Server
-	engine atomic.Pointer[enforcer.Engine]
+	grpc      *grpc.Server
+	health    *health.Server
+	engine    atomic.Pointer[enforcer.Engine]
+	decisions atomic.Int64 // requests decided, a descriptor each
 }
 
 // NewServer returns a server with opts (authn's, say) added to its own
@@ -57,8 +58,8 @@ func NewServer(opts ...grpc.ServerOption) *Server {
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.ConnectionTimeout(10 * time.Second),
 	}, opts...)...)
-	rlsv3.RegisterRateLimitServiceServer(s.grpc, &rateLimitService{engine: s.currentEngine})
-	authv3.RegisterAuthorizationServer(s.grpc, &authorizationService{engine: s.currentEngine})
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, &rateLimitService{engine: s.currentEngine, decisions: &s.decisions})
+	authv3.RegisterAuthorizationServer(s.grpc, &authorizationService{engine: s.currentEngine, decisions: &s.decisions})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
@@ -70,6 +71,11 @@ func (s *Server) SetEngine(e *enforcer.Engine) {
 	s.engine.Store(e)
 	s.setHealth(healthpb.HealthCheckResponse_SERVING)
 }
+
+// Decisions is how many requests the server has decided (each descriptor
+// of a ShouldRateLimit, each Check), admitted or denied: with the HTTP
+// API's, the decision rate an enforcer reports for fleet scaling.
+func (s *Server) Decisions() int64 { return s.decisions.Load() }
 
 func (s *Server) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
 	for _, name := range []string{"", RateLimitServiceName, AuthorizationServiceName} {

@@ -56,6 +56,22 @@ func TestServerLifecycle(t *testing.T) {
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("ShouldRateLimit: %v, %v", resp, err)
 	}
+	two := &rlsv3.RateLimitRequest{Domain: "gw", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("tenant=acme"), descriptor("tenant=beta")}}
+	if _, err := rls.ShouldRateLimit(ctx, two); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "other"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("another domain: %v", err)
+	}
+	check := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+		Method: "GET", Path: "/v1/read", Headers: map[string]string{"x-tenant": "acme", "x-api-key": "k1"},
+	}}}}
+	if resp, err := authz.Check(ctx, check); err != nil || resp.GetOkResponse() == nil {
+		t.Fatalf("Check: %v, %v", resp, err)
+	}
+	if got := s.Decisions(); got != 4 {
+		t.Fatalf("Decisions: %d, want 4 (1 + 2 descriptors + 1 Check; the refused call is none)", got)
+	}
 
 	watch, err := health.Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
