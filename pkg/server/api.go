@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
-	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/quotaheaders"
 )
 
@@ -41,12 +40,15 @@ func NewAPI(e *enforcer.Engine, m *Metrics) http.Handler {
 	a := &API{engine: e, metrics: m}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/{endpoint}", a.decide)
+	// Forward auth, for any method: gateways ask with GET or the original's.
+	mux.HandleFunc(ForwardAuthPath, a.forwardAuth(http.StatusTooManyRequests))
+	mux.HandleFunc(AuthRequestPath, a.forwardAuth(http.StatusForbidden))
 	mux.HandleFunc("/api/{endpoint}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: decisions are POST /api/{endpoint}", r.Method))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: decisions are POST /api/{endpoint}", r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: decisions are POST /api/{endpoint}, or forward auth at %s and %s", r.URL.Path, ForwardAuthPath, AuthRequestPath))
 	})
 	return mux
 }
@@ -103,45 +105,73 @@ func RetryAfterSeconds(d time.Duration) int64 { return quotaheaders.RetryAfterSe
 // parseRequest reads the decision request from the path and headers; a
 // non-empty problem says what is wrong with it.
 func parseRequest(r *http.Request) (req enforcer.Request, problem string) {
+	req, problem = parseCaller(r.Header)
 	req.Endpoint = r.PathValue("endpoint")
-	req.Tenant = r.Header.Get(HeaderTenant)
-	req.APIKey = r.Header.Get(HeaderAPIKey)
+	return req, problem
+}
+
+// parseCaller reads who a request is for from its header fields: the
+// tenant, the api key and the units, as both the decision API and forward
+// auth take them; a non-empty problem says what is wrong with them. What
+// makes a name valid is the engine's to say (enforcer.ValidateRequest,
+// which Decide calls first: a 400 that names the rule).
+func parseCaller(h http.Header) (req enforcer.Request, problem string) {
+	tenants, keys := h[HeaderTenant], h[HeaderAPIKey]
+	if len(tenants) > 0 {
+		req.Tenant = tenants[0]
+	}
+	if len(keys) > 0 {
+		req.APIKey = keys[0]
+	}
 	switch {
 	case req.Tenant == "":
 		return req, "missing " + HeaderTenant + " header: name the tenant this request is for"
 	case req.APIKey == "":
 		return req, "missing " + HeaderAPIKey + " header: name the api key this request uses"
-	case !policy.ValidName(req.Tenant):
-		return req, fmt.Sprintf("%s must be 1 to %d printable ASCII characters without spaces", HeaderTenant, policy.MaxNameBytes)
-	case !policy.ValidName(req.APIKey):
-		return req, fmt.Sprintf("%s must be 1 to %d printable ASCII characters without spaces", HeaderAPIKey, policy.MaxNameBytes)
-	case len(r.Header.Values(HeaderTenant)) > 1 || len(r.Header.Values(HeaderAPIKey)) > 1:
+	case len(tenants) > 1 || len(keys) > 1:
 		return req, fmt.Sprintf("send %s and %s once each", HeaderTenant, HeaderAPIKey)
 	}
-	if v := r.Header.Get(HeaderUnits); v != "" {
-		units, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || units < 1 || units > enforcer.MaxUnits {
-			return req, fmt.Sprintf("%s must be a whole number from 1 to %d, not %q", HeaderUnits, enforcer.MaxUnits, v)
+	if units := h[HeaderUnits]; len(units) > 0 {
+		v := units[0]
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > enforcer.MaxUnits || len(units) > 1 {
+			return req, fmt.Sprintf("%s must be a whole number from 1 to %d, sent once, not %q", HeaderUnits, enforcer.MaxUnits, v)
 		}
-		req.Units = units
+		req.Units = n
 	}
 	return req, ""
 }
 
+// writeEngineError answers a request the engine did not decide; a
+// refusal by the plane names its level in X-Quota-Level and says why in
+// X-Quota-Reason, without Retry-After: retrying will not help.
 func writeEngineError(w http.ResponseWriter, err error) {
+	status, level, message := engineRefusal(err)
+	if level != enforcer.LevelNone {
+		writeRefusal(w, status, level, message)
+		return
+	}
+	writeError(w, status, message)
+}
+
+// engineRefusal maps an error of the engine's to a status, the level a
+// refusal by the plane names (LevelNone for every other error) and a message.
+func engineRefusal(err error) (status int, level enforcer.Level, message string) {
 	switch {
 	case errors.Is(err, enforcer.ErrInvalidRequest):
-		writeError(w, http.StatusBadRequest, err.Error())
+		return http.StatusBadRequest, enforcer.LevelNone, err.Error()
 	case errors.Is(err, enforcer.ErrUnknownTenant):
-		writeError(w, http.StatusForbidden, err.Error())
+		return http.StatusForbidden, enforcer.LevelTenant, err.Error()
+	case errors.Is(err, enforcer.ErrKeyNotBound):
+		return http.StatusForbidden, enforcer.LevelKey, err.Error()
 	case errors.Is(err, enforcer.ErrUnknownEndpoint):
-		writeError(w, http.StatusNotFound, err.Error())
+		return http.StatusNotFound, enforcer.LevelNone, err.Error()
 	case errors.Is(err, enforcer.ErrClosed):
-		writeError(w, http.StatusServiceUnavailable, "the enforcer is shutting down; retry on another instance")
+		return http.StatusServiceUnavailable, enforcer.LevelNone, "the enforcer is shutting down; retry on another instance"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusServiceUnavailable, "the request ended before a decision: "+err.Error())
+		return http.StatusServiceUnavailable, enforcer.LevelNone, "the request ended before a decision: " + err.Error()
 	default:
-		writeError(w, http.StatusInternalServerError, err.Error())
+		return http.StatusInternalServerError, enforcer.LevelNone, err.Error()
 	}
 }
 

@@ -8,7 +8,28 @@
 // carry the IETF RateLimit-Policy field (the limits in force, one item per
 // level) and RateLimit (the level that bounds the answer, its remaining
 // tokens and when to come back). Every other outcome is a 4xx or 5xx whose
-// body says what is wrong.
+// body says what is wrong; a refusal by the plane (an unknown tenant, an
+// api key that is not the tenant's under keyBinding bound) is a 403 whose
+// X-Quota-Level (tenant, key) and X-Quota-Reason say which and why, without
+// Retry-After: retrying will not help.
+//
+// Forward auth, on the same listener, puts the enforcer in a gateway's
+// request path: the gateway asks before it proxies a request and proxies it
+// only on a 2xx. /forward-auth (Caddy's forward_auth, Traefik's
+// ForwardAuth; any method) reads the original request from
+// X-Forwarded-Method and X-Forwarded-Uri and the caller from X-Tenant,
+// X-Api-Key and X-Quota-Units, classifies it into an endpoint by the
+// plane's EndpointQuota matches (policy.CanonicalPath, then
+// policy.Policy.MatchEndpoint; no match is a request for no named
+// endpoint) and decides it: 200 with RateLimit and RateLimit-Policy, or the
+// 429 above with every header field, for the gateway to hand to the client;
+// a malformed forwarded request is a 400, a refusal a 403, each saying why
+// in X-Quota-Reason too (gateways pass header fields on where they drop
+// bodies). /auth-request is the same for nginx's auth_request, which passes
+// only 2xx, 401 and 403 on: every denial and refusal is a 403, and a quota
+// denial is the one with Retry-After (docs/gateways.md has the nginx
+// configuration that turns it into a 429). Forward auth ignores its own
+// query, which Caddy fills with the client's.
 //
 // The admin handler (NewAdmin) serves what operators and probes read, on a
 // listener apart from the API's: /healthz, /readyz, /metrics (Prometheus;

@@ -75,3 +75,65 @@ func validMethod(m string) bool {
 	}
 	return true
 }
+
+// FuzzForwardAuth sends arbitrary forwarded requests to forward auth, on a
+// plane with Exact, Pattern and PathPrefix matches and an engine whose
+// clock stands still: it must never panic; a request is decided (200, or
+// a denial with Retry-After and X-Quota-Level) or refused with a 400 or
+// 403 that says why in X-Quota-Reason; /auth-request answers nothing but
+// a 200 or a 403, whatever the query; and only a 200 moves a bucket.
+//
+//	go test -run '^$' -fuzz FuzzForwardAuth -fuzztime 30s ./pkg/server/
+func FuzzForwardAuth(f *testing.F) {
+	f.Add(false, "", "POST", "/v1/models/gpt/generate", "acme", "k1", "")
+	f.Add(false, "", "GET", "/v1/models?page=2", "free-1", "k1", "3")
+	f.Add(true, "", "POST", "/v1/models/x/../y/generate", "free-1", "k1", "1000000")
+	f.Add(false, "deny-status=403", "get", "/v1/models/%2F/generate", "t", "k", "")
+	f.Add(true, "x=1", "GET", "v1/models", "a b", "\x00", "-1")
+	f.Add(false, "", "GET /", "/v1/%zz#f", "", "", "")
+	f.Add(true, "", "DELETE", "//v1//models/./", "t2", "k", "2")
+	h, e := gatewayAPI(f, gatewayPlane("default", "default"))
+	f.Fuzz(func(t *testing.T, authRequest bool, query, method, uri, tenant, key, units string) {
+		req := httptest.NewRequest(http.MethodGet, ForwardAuthPath, nil)
+		if authRequest {
+			req.URL.Path = AuthRequestPath
+		}
+		req.URL.RawQuery = query
+		for name, v := range map[string]string{HeaderForwardedMethod: method, HeaderForwardedURI: uri, HeaderTenant: tenant, HeaderAPIKey: key, HeaderUnits: units} {
+			if v != "" {
+				req.Header[name] = []string{v}
+			}
+		}
+		before := buckets(e, tenant)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		after := buckets(e, tenant)
+		hdr := rec.Header()
+		switch rec.Code {
+		case http.StatusOK:
+			if hdr.Get(HeaderRateLimit) == "" || hdr.Get(HeaderRateLimitPolicy) == "" {
+				t.Fatalf("an allow without %s and %s: %v", HeaderRateLimit, HeaderRateLimitPolicy, hdr)
+			}
+			return
+		case http.StatusTooManyRequests, http.StatusForbidden, http.StatusBadRequest:
+		default:
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		denial := hdr.Get("Retry-After") != ""
+		switch {
+		case denial && (hdr.Get(HeaderLevel) == "" || hdr.Get(HeaderRateLimit) == "" || hdr.Get(HeaderReason) == ""):
+			t.Fatalf("a denial without %s, %s or %s: %v", HeaderLevel, HeaderRateLimit, HeaderReason, hdr)
+		case rec.Code == http.StatusTooManyRequests && !denial:
+			t.Fatalf("a 429 without Retry-After: %v", hdr)
+		case !denial && hdr.Get(HeaderReason) == "":
+			t.Fatalf("a %d refusal without %s: %s", rec.Code, HeaderReason, rec.Body)
+		}
+		if authRequest && rec.Code != http.StatusForbidden {
+			t.Fatalf("%s answered %d", AuthRequestPath, rec.Code)
+		}
+		if before != after && !(denial && before == planeBuckets(e)) {
+			// A denial may give the tenant its state, full: it debits nothing.
+			t.Fatalf("a %d moved buckets: %s, then %s", rec.Code, before, after)
+		}
+	})
+}
