@@ -62,7 +62,10 @@
 // response_headers_to_add carry RateLimit and RateLimit-Policy to the
 // client. Denied by a limit: a DeniedHttpResponse with status 429, the
 // same header fields as the decision API's 429 and its JSON body. A
-// malformed request: 400 with {"error": "..."}.
+// malformed request: 400 with {"error": "..."}. A decision reads no body:
+// configure ext_authz without with_request_body, and with allowed_headers
+// listing x-tenant, x-api-key and x-quota-units, so that a CheckRequest
+// stays small (MaxRecvMsgBytes bounds it).
 //
 // # Refusals are answers, not errors
 //
