@@ -41,8 +41,10 @@ build: ## Build every binary into ./bin.
 	$(GO) build -o $(LOCALBIN)/ ./cmd/...
 
 .PHONY: test
-test: lint verify redis-server $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race).
-	KUSTOMIZE=$(KUSTOMIZE) KUBEBUILDER_ASSETS="$$(hack/envtest-binaries.sh)" $(GO) test $(GOTEST_FLAGS) $(PKGS)
+test: lint verify redis-server gateways $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race).
+	KUSTOMIZE=$(KUSTOMIZE) KUBEBUILDER_ASSETS="$$(hack/envtest-binaries.sh)" \
+		QUOTAPLANE_CADDY="$$(hack/caddy.sh)" QUOTAPLANE_NGINX="$$(command -v nginx || echo /usr/sbin/nginx)" \
+		$(GO) test $(GOTEST_FLAGS) $(PKGS)
 
 .PHONY: bench
 bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s).
@@ -100,6 +102,16 @@ redis-server: ## Install redis-server with apt-get when it is missing.
 	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
 	@redis-server --version
+
+# The gateway tests (test/gateways) put Caddy and nginx in front of an
+# enforcer: nginx from Debian's package when it is missing (it lives in
+# /usr/sbin, which a user's PATH may lack), Caddy built from its Go module.
+.PHONY: gateways
+gateways: ## Install nginx with apt-get when it is missing; build Caddy once (hack/caddy.sh, cached outside the repo).
+	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nginx >/dev/null; }
+	@"$$(command -v nginx || echo /usr/sbin/nginx)" -v
+	@"$$(hack/caddy.sh)" version
 
 $(CONTROLLER_GEN):
 	mkdir -p $(LOCALBIN)
