@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -529,5 +530,18 @@ func TestGracefulShutdown(t *testing.T) {
 	defer cancel()
 	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err == nil {
 		t.Fatal("gRPC answered after the enforcer stopped")
+	}
+}
+
+// TestGRPCDisabled: -grpc-listen "" serves no gRPC; the API still decides.
+func TestGRPCDisabled(t *testing.T) {
+	p := startEnforcer(t, writePlane(t, planeYAML("", "")), "-grpc-listen", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(p.dial()).Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("gRPC with -grpc-listen \"\": got %v, want no server", err)
+	}
+	if code, body := apiCall(t, &http.Client{Timeout: 10 * time.Second}, "http://"+p.apiAddr, ""); code != 200 {
+		t.Fatalf("the API: %d %s", code, body)
 	}
 }
