@@ -45,7 +45,8 @@ var (
 	// it was not given or does not accept.
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrForbidden: 403, the plane refuses the request: an unknown tenant
-	// (unknownTenants: deny) or an api key that is not the tenant's.
+	// (unknownTenants: deny) or an api key that is not the tenant's
+	// (keyBinding: bound); StatusError.Level says which.
 	ErrForbidden = errors.New("forbidden")
 	// ErrNotFound: 404, an endpoint the plane refuses (unknownEndpoints: deny),
 	// or a base URL that is not an enforcer's.
@@ -62,6 +63,10 @@ type StatusError struct {
 	// Message is the enforcer's explanation (the "error" of its JSON body),
 	// or the start of the body when it is not one.
 	Message string
+	// Level is the level a refusal by the plane names in X-Quota-Level
+	// (tenant: an unknown tenant; key: a key that is not the tenant's), or
+	// LevelNone.
+	Level enforcer.Level
 }
 
 func (e *StatusError) Error() string {
@@ -261,7 +266,7 @@ func readAnswer(resp *http.Response, header http.Header) (enforcer.Decision, err
 		if jsonErr != nil || msg == "" {
 			msg = strings.TrimSpace(string(body[:min(len(body), 200)]))
 		}
-		return enforcer.Decision{}, &StatusError{StatusCode: resp.StatusCode, Message: msg}
+		return enforcer.Decision{}, &StatusError{StatusCode: resp.StatusCode, Message: msg, Level: levelNamed(resp.Header.Get(quotaFields[3]))}
 	}
 	if jsonErr != nil {
 		return enforcer.Decision{}, fmt.Errorf("the %d answer's body is not a decision: %w", resp.StatusCode, jsonErr)
@@ -306,6 +311,11 @@ func boundLevel(rateLimit string) enforcer.Level {
 	if !ok {
 		return enforcer.LevelNone
 	}
+	return levelNamed(name)
+}
+
+// levelNamed is the level called name, or LevelNone.
+func levelNamed(name string) enforcer.Level {
 	for _, l := range enforcer.Levels {
 		if string(l) == name {
 			return l

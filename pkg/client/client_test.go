@@ -5,10 +5,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log"
@@ -159,19 +161,21 @@ func TestAnswersThatAreNotDecisions(t *testing.T) {
 		status   int
 		message  string
 	}{
-		{"not a name", enforcer.Request{Tenant: "a b", Endpoint: "read", APIKey: "k"}, client.ErrBadRequest, 400, "X-Tenant must be"},
-		{"no api key", enforcer.Request{Tenant: "acme", Endpoint: "read"}, client.ErrBadRequest, 400, "missing X-Api-Key"},
-		{"units", enforcer.Request{Tenant: "acme", Endpoint: "read", APIKey: "k", Units: enforcer.MaxUnits + 1}, client.ErrBadRequest, 400, "X-Quota-Units"},
+		{"not a name", enforcer.Request{Tenant: "a b", Endpoint: "read", APIKey: "k"}, client.ErrBadRequest, 400, "tenant"},
+		{"no api key", enforcer.Request{Tenant: "acme", Endpoint: "read"}, client.ErrBadRequest, 400, "X-Api-Key"},
+		{"units", enforcer.Request{Tenant: "acme", Endpoint: "read", APIKey: "k", Units: enforcer.MaxUnits + 1}, client.ErrBadRequest, 400, "units"},
 		{"unknown tenant", enforcer.Request{Tenant: "stranger", Endpoint: "read", APIKey: "k"}, client.ErrForbidden, 403, `"stranger" is not a tenant`},
-		// The slash is escaped into one path segment, so the enforcer sees
-		// the whole name.
-		{"unknown endpoint", enforcer.Request{Tenant: "acme", Endpoint: "read/../x y", APIKey: "k"}, client.ErrNotFound, 404, `"read/../x y" is not an endpoint`},
+		{"unknown endpoint", enforcer.Request{Tenant: "acme", Endpoint: "purge", APIKey: "k"}, client.ErrNotFound, 404, `"purge" is not an endpoint`},
+		// The slash is escaped into the path segment, so the enforcer sees
+		// the whole name, and refuses it as a name.
+		{"endpoint name", enforcer.Request{Tenant: "acme", Endpoint: "read/../x y", APIKey: "k"}, client.ErrBadRequest, 400, "endpoint"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			header := http.Header{}
 			_, err := c.Decide(context.Background(), tc.r, header)
 			var se *client.StatusError
-			if !errors.As(err, &se) || se.StatusCode != tc.status || !errors.Is(err, tc.sentinel) || !strings.Contains(se.Message, tc.message) {
+			if !errors.As(err, &se) || se.StatusCode != tc.status || !errors.Is(err, tc.sentinel) ||
+				!strings.Contains(strings.ToLower(se.Message), strings.ToLower(tc.message)) {
 				t.Fatalf("error %v; want a %d StatusError matching %v whose message has %q", err, tc.status, tc.sentinel, tc.message)
 			}
 			if len(header) != 0 {
@@ -206,6 +210,44 @@ func TestAnswersThatAreNotDecisions(t *testing.T) {
 			t.Fatalf("error %v; want a transport error naming the request", err)
 		}
 	})
+}
+
+// TestKeyNotBound: on a plane that binds keys to tenants, a key that is
+// not the tenant's is ErrForbidden naming level key; the tenant's own key
+// is decided.
+func TestKeyNotBound(t *testing.T) {
+	const key = "acme-key-1"
+	plane := fstest.MapFS{"plane.yaml": {Data: []byte(fmt.Sprintf(`apiVersion: quotaplane.io/v1alpha1
+kind: QuotaPlane
+metadata:
+  name: bound
+spec:
+  global: {rate: 1000, burst: 1000}
+  keyBinding: bound
+  defaultTier: standard
+  tiers:
+    - name: standard
+      tenant: {rate: 100, burst: 100}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata:
+  name: acme
+spec:
+  tenant: acme
+  tier: standard
+  keyHashes: ["sha256:%x"]
+`, sha256.Sum256([]byte(key))))}}
+	srv, _ := newEnforcer(t, plane)
+	c := newClient(t, srv.URL)
+	if d, err := c.Decide(context.Background(), enforcer.Request{Tenant: "acme", Endpoint: "read", APIKey: key}, nil); err != nil || !d.Allow {
+		t.Fatalf("the tenant's own key: %+v, %v; want allowed", d, err)
+	}
+	_, err := c.Decide(context.Background(), enforcer.Request{Tenant: "acme", Endpoint: "read", APIKey: "not-acmes"}, nil)
+	var se *client.StatusError
+	if !errors.As(err, &se) || !errors.Is(err, client.ErrForbidden) || se.Level != enforcer.LevelKey || strings.Contains(se.Message, "not-acmes") {
+		t.Fatalf("another key: %v (%+v); want ErrForbidden at level key that does not quote the key", err, se)
+	}
 }
 
 func TestContextEndsTheDecision(t *testing.T) {

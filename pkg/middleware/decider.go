@@ -87,27 +87,66 @@ const (
 	refused
 )
 
-// refusals are the errors, local or remote, that mean refused.
-var refusals = [...]error{
-	enforcer.ErrUnknownTenant, enforcer.ErrUnknownEndpoint,
-	client.ErrForbidden, client.ErrNotFound,
+// refusal is an error that means refused and the level it names.
+type refusal struct {
+	err   error
+	level enforcer.Level
+}
+
+// refusals are the errors, local or remote, that mean refused. A remote
+// enforcer's refusal names its level in X-Quota-Level (StatusError.Level).
+var refusals = [...]refusal{
+	{enforcer.ErrUnknownTenant, enforcer.LevelTenant},
+	{enforcer.ErrKeyNotBound, enforcer.LevelKey},
+	{enforcer.ErrUnknownEndpoint, enforcer.LevelEndpoint},
+	{client.ErrForbidden, enforcer.LevelNone},
+	{client.ErrNotFound, enforcer.LevelEndpoint},
 }
 
 // invalids are the errors that mean invalid.
 var invalids = [...]error{enforcer.ErrInvalidRequest, client.ErrBadRequest}
 
-func classify(err error) outcome {
-	for _, target := range refusals {
-		if errors.Is(err, target) {
-			return refused
+// classify says what err means and, for a refusal, the level it names
+// (LevelNone when it names none).
+func classify(err error) (outcome, enforcer.Level) {
+	for _, r := range refusals {
+		if errors.Is(err, r.err) {
+			var answer *client.StatusError
+			if errors.As(err, &answer) && answer.Level != enforcer.LevelNone {
+				return refused, answer.Level
+			}
+			return refused, r.level
 		}
 	}
 	for _, target := range invalids {
 		if errors.Is(err, target) {
-			return invalid
+			return invalid, enforcer.LevelNone
 		}
 	}
-	return failed
+	return failed, enforcer.LevelNone
+}
+
+// maxReasonBytes bounds X-Quota-Reason on a refusal: its message quotes
+// what the request sent.
+const maxReasonBytes = 512
+
+// headerText is s as a header field value: at most maxReasonBytes, every
+// byte that is not printable ASCII replaced by '?'.
+func headerText(s string) string {
+	clean := len(s) <= maxReasonBytes
+	for i := 0; clean && i < len(s); i++ {
+		clean = s[i] >= 0x20 && s[i] <= 0x7e
+	}
+	if clean {
+		return s
+	}
+	b := []byte(s[:min(len(s), maxReasonBytes)])
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
 }
 
 // message is what an error says to the caller of a refused or invalid

@@ -32,7 +32,8 @@ type CallIdentity func(ctx context.Context, fullMethod string, md metadata.MD) (
 //     retry-after, x-quota-level, x-quota-reason, ratelimit, ratelimit-policy)
 //     and google.rpc.RetryInfo and QuotaFailure details.
 //   - an error from identify: codes.InvalidArgument with its message;
-//     refused by the plane: codes.PermissionDenied.
+//     refused by the plane: codes.PermissionDenied with x-quota-level and
+//     x-quota-reason.
 //   - the decider failed: codes.Unavailable (FailClosed) or the handler runs
 //     (FailOpen).
 func UnaryServerInterceptor(d Decider, identify CallIdentity, opts ...Option) grpc.UnaryServerInterceptor {
@@ -75,11 +76,19 @@ func (g *callGuard) admit(ctx context.Context, fullMethod string, setHeader func
 	header := make(http.Header, 5)
 	d, err := g.decider.Decide(ctx, r, header)
 	if err != nil {
-		switch classify(err) {
+		switch outcome, level := classify(err); outcome {
 		case invalid:
 			return status.Error(codes.InvalidArgument, message(err))
 		case refused:
-			return status.Error(codes.PermissionDenied, message(err))
+			msg := message(err)
+			md := metadata.Pairs("x-quota-reason", headerText(msg))
+			if level != enforcer.LevelNone {
+				md.Set("x-quota-level", string(level))
+			}
+			if err := setHeader(md); err != nil {
+				return status.Errorf(codes.Internal, "sending the quota header metadata: %v", err)
+			}
+			return status.Error(codes.PermissionDenied, msg)
 		}
 		g.settings.failure(ctx, err)
 		if g.settings.failureMode == FailOpen {

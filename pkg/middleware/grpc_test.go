@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -195,11 +196,21 @@ func TestInterceptorRefusalsAndFailures(t *testing.T) {
 			if got := check(hc, context.Background()); got != codes.InvalidArgument {
 				t.Errorf("no identity: %v; want InvalidArgument", got)
 			}
-			if got := check(hc, withIdentity("stranger", "k")); got != codes.PermissionDenied {
-				t.Errorf("unknown tenant: %v; want PermissionDenied", got)
+			var header metadata.MD
+			_, err := hc.Check(withIdentity("stranger", "k"), &healthpb.HealthCheckRequest{}, grpc.Header(&header))
+			if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), `"stranger" is not a tenant`) ||
+				!slices.Equal(header.Get("x-quota-level"), []string{"tenant"}) || len(header.Get("x-quota-reason")) != 1 {
+				t.Errorf("unknown tenant: %v, header metadata %v; want PermissionDenied with x-quota-level tenant and x-quota-reason", err, header)
 			}
-			if n := reached.Load(); n != 0 {
-				t.Errorf("%d calls reached the service; want none", n)
+			bound, reachedBound := healthServer(t, dc.make(t, newEngine(t, boundPlane(t))), middleware.WithFailureMode(middleware.FailOpen))
+			if got := check(bound, withIdentity("acme", "not-acmes")); got != codes.PermissionDenied {
+				t.Errorf("a key that is not the tenant's: %v; want PermissionDenied", got)
+			}
+			if got := check(bound, withIdentity("acme", boundKey)); got != codes.OK {
+				t.Errorf("the tenant's own key: %v; want OK", got)
+			}
+			if n, m := reached.Load(), reachedBound.Load(); n != 0 || m != 1 {
+				t.Errorf("%d and %d calls reached the services; want none and the tenant's own", n, m)
 			}
 
 			e := newEngine(t, samples.FS)

@@ -1,7 +1,9 @@
 package middleware_test
 
 import (
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -121,4 +123,33 @@ func request(path, tenant, key string) *http.Request {
 		r.Header.Set("X-Api-Key", key)
 	}
 	return r
+}
+
+// boundKey is the one api key of tenant acme on boundPlane.
+const boundKey = "acme-key-1"
+
+// boundPlane binds api keys to tenants: acme's only key is boundKey.
+func boundPlane(t testing.TB) fs.FS {
+	t.Helper()
+	return fstest.MapFS{"plane.yaml": {Data: []byte(fmt.Sprintf(`apiVersion: quotaplane.io/v1alpha1
+kind: QuotaPlane
+metadata:
+  name: bound
+spec:
+  global: {rate: 1000, burst: 1000}
+  keyBinding: bound
+  defaultTier: standard
+  tiers:
+    - name: standard
+      tenant: {rate: 100, burst: 100}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata:
+  name: acme
+spec:
+  tenant: acme
+  tier: standard
+  keyHashes: ["sha256:%x"]
+`, sha256.Sum256([]byte(boundKey))))}}
 }

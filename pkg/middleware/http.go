@@ -17,7 +17,9 @@ import (
 //   - denied: 429 with Retry-After, X-Quota-Level, X-Quota-Reason,
 //     RateLimit-Policy, RateLimit and a small JSON body; next is not called.
 //   - refused by the plane (a tenant or endpoint it denies, an api key that is
-//     not the tenant's): 403 with the plane's message.
+//     not the tenant's): 403 with the plane's message, in the body and in
+//     X-Quota-Reason, and the level it names in X-Quota-Level (tenant,
+//     endpoint or key); no Retry-After: retrying will not help.
 //   - the decider failed: 503 with Retry-After: 1 (FailClosed, the default),
 //     or next serves the request (FailOpen).
 //
@@ -34,11 +36,16 @@ func HTTP(d Decider, identify func(*http.Request) (enforcer.Request, error), opt
 			}
 			dec, err := d.Decide(r.Context(), req, w.Header())
 			if err != nil {
-				switch classify(err) {
+				switch outcome, level := classify(err); outcome {
 				case invalid:
 					writeError(w, http.StatusBadRequest, message(err))
 				case refused:
-					writeError(w, http.StatusForbidden, message(err))
+					msg := message(err)
+					if level != enforcer.LevelNone {
+						w.Header().Set("X-Quota-Level", string(level))
+					}
+					w.Header().Set("X-Quota-Reason", headerText(msg))
+					writeError(w, http.StatusForbidden, msg)
 				default:
 					s.failure(r.Context(), err)
 					if s.failureMode == FailOpen {

@@ -152,41 +152,68 @@ func TestHTTPIdentifyError(t *testing.T) {
 	}
 }
 
-// TestHTTPRefusals: the plane's refusals are 403 and requests it cannot
-// decide 400, also when failing open: they are answers, not failures.
+// TestHTTPRefusals: the plane's refusals are 403 with the level they name
+// and requests it cannot decide 400, also when failing open: they are
+// answers, not failures.
 func TestHTTPRefusals(t *testing.T) {
+	withUnits := func(r *http.Request, units string) *http.Request {
+		r.Header.Set("X-Quota-Units", units)
+		return r
+	}
 	for _, dc := range deciderCases {
 		t.Run(dc.name, func(t *testing.T) {
 			var failures int
 			var a app
-			h := middleware.HTTP(dc.make(t, newEngine(t, strictSamples(t))), identifyByHeaders,
+			opts := []middleware.Option{
 				middleware.WithFailureMode(middleware.FailOpen),
-				middleware.WithOnFailure(func(context.Context, error) { failures++ }))(&a)
+				middleware.WithOnFailure(func(context.Context, error) { failures++ }),
+			}
+			strict := middleware.HTTP(dc.make(t, newEngine(t, strictSamples(t))), identifyByHeaders, opts...)(&a)
+			bound := middleware.HTTP(dc.make(t, newEngine(t, boundPlane(t))), identifyByHeaders, opts...)(&a)
 			for _, tc := range []struct {
 				name    string
+				h       http.Handler
 				r       *http.Request
 				status  int
+				level   string
 				message string
 			}{
-				{"unknown tenant", request("/v1/read", "stranger", "k"), http.StatusForbidden, `\"stranger\" is not a tenant`},
-				{"unknown endpoint", request("/v1/purge", "acme", "k"), http.StatusForbidden, `\"purge\" is not an endpoint`},
-				{"units", func() *http.Request {
-					r := request("/v1/read", "acme", "k")
-					r.Header.Set("X-Quota-Units", "2000000")
-					return r
-				}(), http.StatusBadRequest, "units"},
+				{"unknown tenant", strict, request("/v1/read", "stranger", "k"), http.StatusForbidden, "tenant", `"stranger" is not a tenant`},
+				{"unknown endpoint", strict, request("/v1/purge", "acme", "k"), http.StatusForbidden, "endpoint", `"purge" is not an endpoint`},
+				{"key not bound", bound, request("/v1/read", "acme", "someone-elses-key"), http.StatusForbidden, "key", `is not a key of tenant "acme"`},
+				{"no key", bound, request("/v1/read", "acme", ""), http.StatusForbidden, "key", `without an api key`},
+				{"units", strict, withUnits(request("/v1/read", "acme", "k"), "2000000"), http.StatusBadRequest, "", "units"},
+				{"endpoint name", strict, request("/v1/a%20b", "acme", "k"), http.StatusBadRequest, "", "endpoint"},
 			} {
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, tc.r)
-				if rec.Code != tc.status || !strings.Contains(strings.ToLower(rec.Body.String()), strings.ToLower(tc.message)) {
-					t.Errorf("%s: %d %s; want %d with %s", tc.name, rec.Code, rec.Body, tc.status, tc.message)
+				if dc.name == "remote" && tc.name == "no key" {
+					// The decision API wants X-Api-Key before it asks the engine.
+					tc.status, tc.level, tc.message = http.StatusBadRequest, "", "X-Api-Key"
 				}
-				if !strings.HasPrefix(rec.Body.String(), `{"error":`) || strings.Contains(rec.Body.String(), "deciding") {
-					t.Errorf("%s: body %s; want the plane's own message as {\"error\": ...}", tc.name, rec.Body)
+				rec := httptest.NewRecorder()
+				tc.h.ServeHTTP(rec, tc.r)
+				var body struct{ Error string }
+				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != tc.status ||
+					!strings.Contains(strings.ToLower(body.Error), strings.ToLower(tc.message)) {
+					t.Errorf("%s: %d %s; want %d with {\"error\": ...%s...}", tc.name, rec.Code, rec.Body, tc.status, tc.message)
+				}
+				if strings.Contains(body.Error, "deciding") || strings.Contains(body.Error, "someone-elses-key") {
+					t.Errorf("%s: message %q; want the plane's own words, never the api key", tc.name, body.Error)
+				}
+				if got := rec.Header().Get("X-Quota-Level"); got != tc.level {
+					t.Errorf("%s: X-Quota-Level %q; want %q", tc.name, got, tc.level)
+				}
+				if tc.status == http.StatusForbidden && (rec.Header().Get("X-Quota-Reason") != body.Error || rec.Header().Get("Retry-After") != "") {
+					t.Errorf("%s: X-Quota-Reason %q, Retry-After %q; want the message and no Retry-After", tc.name, rec.Header().Get("X-Quota-Reason"), rec.Header().Get("Retry-After"))
 				}
 			}
-			if a.served.Load() != 0 || failures != 0 {
-				t.Errorf("served %d and %d failures; want neither", a.served.Load(), failures)
+			if rec := httptest.NewRecorder(); true {
+				bound.ServeHTTP(rec, request("/v1/read", "acme", boundKey))
+				if rec.Code != http.StatusOK {
+					t.Errorf("acme with its own key: %d %s; want 200", rec.Code, rec.Body)
+				}
+			}
+			if a.served.Load() != 1 || failures != 0 {
+				t.Errorf("served %d and %d failures; want only acme's own key served, no failure", a.served.Load(), failures)
 			}
 		})
 	}
