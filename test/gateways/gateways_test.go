@@ -160,11 +160,14 @@ type answer struct {
 	body   string
 }
 
-func (c client) do(method, path, tenant, key string) answer {
+func (c client) do(method, path, tenant, key string, extra ...string) answer {
 	c.t.Helper()
 	req, err := http.NewRequest(method, c.base+path, nil)
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Set(extra[i], extra[i+1])
 	}
 	if tenant != "" {
 		req.Header.Set("X-Tenant", tenant)
@@ -188,7 +191,9 @@ func (c client) do(method, path, tenant, key string) answer {
 // front of u: allowed requests reach the upstream with the limits in
 // force on the answer; a free tenant's exports pass until its quota is
 // used up, then a 429 with quotaplane's Retry-After, X-Quota-Level,
-// X-Quota-Reason and RateLimit; a key that is not the tenant's and a
+// X-Quota-Reason and RateLimit, also when the client sends forwarded
+// header fields of its own to pass as a cheaper request; a key that is not
+// the tenant's and a
 // request without a tenant are refused (refusal is that status: 400 or
 // 403); the upstream never sees a request that was not allowed.
 func checkGateway(t *testing.T, c client, u *upstream, refusal int) {
@@ -244,6 +249,14 @@ func checkGateway(t *testing.T, c client, u *upstream, refusal int) {
 	}
 	if got := denied.header.Get("RateLimit-Policy"); !strings.Contains(got, `"endpoint";q=100;w=300`) {
 		t.Errorf("RateLimit-Policy on the 429 %q; want the free tier's export window", got)
+	}
+
+	// A client that sends its own X-Forwarded-Method and X-Forwarded-Uri,
+	// to pass its export off as a read (cost 1), is not believed: the
+	// gateway sets both from the request.
+	forged := c.do("POST", exportPath, freeTenant, freeKey, "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/v1/things")
+	if forged.status != http.StatusTooManyRequests {
+		t.Errorf("an export claiming to be a read: %d %q; want the export's 429", forged.status, forged.body)
 	}
 
 	// Refusals: another tenant's key (the plane binds keys to tenants), no
