@@ -43,7 +43,7 @@ arm=local decisions_per_s=900 p50_us=2 p99_us=9 errors=0 descriptors=1 server_cp
 	}
 	var out strings.Builder
 	printTable(&out, runs, "peer")
-	for _, want := range []string{"200", "4.50×", "0.20×"} { // median rate; 900/200; (5+0)/(20+5)
+	for _, want := range []string{"200", "4.50×", "5.00×"} { // median rate; 900/200; (20+5)/(5+0)
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

@@ -11,9 +11,11 @@
 # Each run starts its server afresh on an emptied Redis; the arms alternate
 # within each repeat, so a machine that gets busier or quieter moves them
 # alike. It prints every run's summary line, then the medians per arm and
-# their ratios to the peer: decisions/s, and CPU per decision of the server
-# and of Redis (the load generator shares the machine, so decisions/s is
-# bounded by what all three leave each other; CPU per decision is not).
+# their ratios to the peer: of decisions/s, and of decisions per CPU-second
+# of the server and Redis together. The load generator shares the machine
+# (and costs ~30 µs of CPU a call itself), so decisions/s is bounded by what
+# the three leave each other; CPU per decision is what a core given to the
+# service would sustain.
 #
 # Configured alike (hack/rlsbench/TestPlaneMatchesPeerConfig checks it):
 # domain main, 1,000,000/s per tenant and per (tenant, api key), never
@@ -106,8 +108,11 @@ stop() {
 
 results="$work/results.txt"
 echo "envoyproxy/ratelimit: $peer"
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD -- cmd pkg 2>/dev/null || commit+="+uncommitted changes"
+if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+	git diff --quiet HEAD -- cmd pkg || commit+=" with uncommitted changes"
+else
+	commit="${QUOTAPLANE_REV:-unknown} (not a git checkout)"
+fi
 echo "quotaplane: $commit; $(go env GOVERSION); $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "runs: $REPEATS repeats × descriptors {$DESCRIPTORS} × arms {$ARMS}, $STREAMS streams, $WARMUP warmup + $DURATION each"
 for repeat in $(seq "$REPEATS"); do

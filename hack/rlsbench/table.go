@@ -73,8 +73,10 @@ func median(runs []run, name string) float64 {
 }
 
 // printTable prints, per descriptor count and arm (in the order they first
-// appear), the medians of the runs and the ratio of decisions/s and of CPU
-// per decision to the arm named base.
+// appear), the medians of the runs and their ratios to the arm named base:
+// of decisions/s (bounded by the machine all share), and of decisions per
+// CPU-second of the server and Redis together (what a core given to the
+// service would sustain).
 func printTable(w io.Writer, runs []run, base string) {
 	type group struct {
 		descriptors int
@@ -100,7 +102,7 @@ func printTable(w io.Writer, runs []run, base string) {
 		if baseRuns := byGroup[group{g.descriptors, base}]; len(baseRuns) > 0 && g.arm != base {
 			baseCPU := median(baseRuns, "server_cpu_us_per_decision") + max(median(baseRuns, "redis_cpu_us_per_decision"), 0)
 			ratio = fmt.Sprintf("%.2f×", rate/median(baseRuns, "decisions_per_s"))
-			cpuRatio = fmt.Sprintf("%.2f×", cpu/baseCPU)
+			cpuRatio = fmt.Sprintf("%.2f×", baseCPU/cpu)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.0f\t%s\t%s\t\n", g.descriptors, g.arm, len(rs),
 			rate, median(rs, "p50_us"), median(rs, "p99_us"),
