@@ -92,3 +92,78 @@ func TestBackendsMatchEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendsMatchEngineGroups replays random sequences of groups (of 1 to
+// 4 requests, often of one tenant) on random planes through each backend
+// and through the Go engine in mode local, as TestBackendsMatchEngine
+// replays single decisions: every decision of every group, the group's
+// outcome and its error must be the same. The script decides a group in
+// one call; the engine under every lock.
+func TestBackendsMatchEngineGroups(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			if b.redisDown {
+				srv.Restart()
+			}
+			client := srv.Client()
+			const planes, steps = 6, 500
+			var groups, deniedGroups, undone int64
+			for seed := uint64(1); seed <= planes; seed++ {
+				rng := rand.New(rand.NewPCG(seed, 78))
+				pl := orcRandomPlane(rng, "none", b.hugeGlobal)
+				local := newEngine(t, compileYAML(t, pl.yaml))
+				if err := client.FlushDB(context.Background()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				e := newEngine(t, compileYAML(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
+					WithBreakerCooldown(time.Hour))
+				if b.redisDown {
+					srv.Stop()
+				}
+				tempo := []int64{100, 1000, 10_000}[rng.IntN(3)]
+				now := epoch.UnixMicro() + 1_000_000
+				want, got := make([]Decision, 4), make([]Decision, 4)
+				for step := range steps {
+					now += max(orcStep(rng, tempo), 0)
+					rs := make([]Request, 1+rng.IntN(4))
+					for i := range rs {
+						rs[i] = orcRandomRequest(rng, &pl)
+						if i > 0 && rng.IntN(2) == 0 {
+							rs[i].Tenant, rs[i].Tier = rs[0].Tenant, rs[0].Tier
+						}
+					}
+					clear(want)
+					clear(got)
+					wok, werr := local.DecideAllAt(time.UnixMicro(now), rs, want[:len(rs)])
+					gok, gerr := e.DecideAllAt(time.UnixMicro(now), rs, got[:len(rs)])
+					if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() || wok != gok {
+						t.Fatalf("plane %d step %d %+v: %t, %v; engine %t, %v", seed, step, rs, gok, gerr, wok, werr)
+					}
+					for i := range rs {
+						if !orcSame(got[i], want[i]) || got[i].Reason != want[i].Reason || got[i].Bound != want[i].Bound {
+							t.Fatalf("plane %d step %d at %dµs request %d of %+v:\n%s %s %q bound %s\nengine  %s %q bound %s\n%s", seed, step, now, i, rs,
+								b.name, orcFmt(got[i]), got[i].Reason, got[i].Bound, orcFmt(want[i]), want[i].Reason, want[i].Bound, pl.yaml)
+						}
+						if werr == nil && !wok && want[i].Allow {
+							undone++
+						}
+					}
+					if werr == nil && len(rs) > 1 {
+						groups++
+						if !wok {
+							deniedGroups++
+						}
+					}
+				}
+				if b.redisDown {
+					srv.Restart()
+				}
+			}
+			t.Logf("%d groups agree (%d denied, %d requests undone)", groups, deniedGroups, undone)
+			if deniedGroups < groups/20 || groups-deniedGroups < groups/20 || undone == 0 {
+				t.Fatalf("the sequences exercise too little: %d of %d groups denied, %d requests undone", deniedGroups, groups, undone)
+			}
+		})
+	}
+}

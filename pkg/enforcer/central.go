@@ -48,6 +48,9 @@ type central struct {
 // centralStats count what the backend did; read with atomic loads.
 type centralStats struct {
 	calls, decisions, failures, degraded atomic.Int64
+	// refunds counts the refund calls of groups split over shards
+	// (refundSplitGroups), refundFailures those that failed.
+	refunds, refundFailures atomic.Int64
 }
 
 // centralCall is one request on its way through the script.
@@ -67,8 +70,16 @@ type centralCall struct {
 	keys   [4]string
 	limits [4]*policy.Limit
 	reply  [lua.DecideReplyFields]int64
+	at     int64 // µs: the time the script decided at (its reply's first value)
 	err    error
-	done   chan struct{} // capacity 1: signalled when reply or err is set
+	// members are the calls that go to Redis as one: the call itself (one
+	// holds it), or a group's calls (DecideAll), this one first, which
+	// the script decides all or nothing. The first call stands for all:
+	// its done and state are the group's.
+	members []*centralCall
+	one     [1]*centralCall
+	group   int64         // the members' group in the script call: 0 alone, else unique in the batch (split)
+	done    chan struct{} // capacity 1: signalled when reply or err is set
 	// state is callQueued until a worker sends the call (callSent) or its
 	// caller stops waiting (callAbandoned), whichever comes first: a call
 	// its caller gave up on, and got an answer from the failure mode for,
@@ -303,20 +314,27 @@ func (b *central) submit(ctx context.Context, c *centralCall) (queued bool, err 
 // callPool recycles calls (and their channels: a decision through Redis
 // otherwise allocates a channel, the costliest of its allocations). A call
 // goes back only when no worker holds it any more.
-var callPool = sync.Pool{New: func() any { return &centralCall{done: make(chan struct{}, 1)} }}
+var callPool = sync.Pool{New: func() any {
+	c := &centralCall{done: make(chan struct{}, 1)}
+	c.one[0] = c
+	c.members = c.one[:]
+	return c
+}}
 
 func (c *centralCall) reset() {
 	c.snap, c.tenant, c.endpoint, c.epLim, c.keyLim = nil, policy.Tenant{}, nil, nil, nil
 	c.cost, c.tierRank, c.mayBorrow, c.shard = 0, 0, false, 0
-	c.keys, c.limits, c.reply, c.err = [4]string{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, nil
+	c.keys, c.limits, c.reply, c.at, c.err = [4]string{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, 0, nil
+	c.members, c.group = c.one[:], 0
 	c.state.Store(callQueued)
 }
 
 // batchLoop is one worker: it takes a call, adds whatever else is queued
 // (up to the batch size, waiting at most the batch window for more) and
 // decides them in one script call per shard. A batch holds calls of one
-// policy snapshot; a call of another starts the next batch. After close it
-// drains the queue.
+// policy snapshot; a call of another starts the next batch. A group
+// (members) goes whole into one batch, which it may fill beyond the batch
+// size when it comes first. After close it drains the queue.
 func (b *central) batchLoop() {
 	s := b.e.settings
 	batch := make([]*centralCall, 0, s.batchSize)
@@ -337,12 +355,13 @@ func (b *central) batchLoop() {
 			}
 		}
 		batch = append(batch[:0], first)
+		requests := len(first.members)
 		var window <-chan time.Time
 		if s.batchWindow > 0 {
 			window = time.After(s.batchWindow)
 		}
 	fill:
-		for len(batch) < s.batchSize {
+		for requests < s.batchSize {
 			var c *centralCall
 			select {
 			case c = <-b.batches:
@@ -356,18 +375,20 @@ func (b *central) batchLoop() {
 					break fill
 				}
 			}
-			if c.snap != first.snap {
+			if c.snap != first.snap || requests+len(c.members) > s.batchSize {
 				carry = c
 				break fill
 			}
 			batch = append(batch, c)
+			requests += len(c.members)
 		}
 		b.run(context.Background(), 0, batch, &buf)
 		clear(batch)
 	}
 }
 
-// run decides a batch at now (0: Redis TIME) and completes every call.
+// run decides a batch at now (0: Redis TIME) and completes every call (a
+// group's first call stands for all of them).
 func (b *central) run(ctx context.Context, now int64, batch []*centralCall, buf *batchBuffers) {
 	b.call(ctx, now, batch, buf)
 	for _, c := range batch {
@@ -388,7 +409,9 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 	// but for one probe per cooldown.
 	if !b.breaker.allow(b.e.clock()) {
 		for _, c := range batch {
-			c.err = errRedisUnavailable
+			for _, m := range c.members {
+				m.err = errRedisUnavailable
+			}
 		}
 		return
 	}
@@ -428,6 +451,7 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 			}
 			i++
 		}
+		b.refundSplitGroups(ctx, now, batch, buf)
 	}
 	var reply redis.Error
 	switch {
@@ -464,6 +488,7 @@ func (b *central) decided(calls []*centralCall, cmd *redis.Cmd) error {
 	b.stats.decisions.Add(int64(len(calls)))
 	for i, c := range calls {
 		copy(c.reply[:], reply[1+i*lua.DecideReplyFields:])
+		c.at = reply[0]
 	}
 	return nil
 }
@@ -471,13 +496,15 @@ func (b *central) decided(calls []*centralCall, cmd *redis.Cmd) error {
 // batchBuffers are a worker's reusable buffers: the batch split by shard
 // and each shard's script arguments.
 type batchBuffers struct {
-	parts  [][]*centralCall
-	shards []batchArgs
-	calls  []lua.Call
+	parts   [][]*centralCall
+	shards  []batchArgs
+	calls   []lua.Call
+	refunds []*centralCall
 }
 
 // split sorts the calls whose callers still wait by shard and marks them
-// sent; it returns how many there are.
+// sent; it returns how many there are. A group's calls stay in a row in
+// each shard, with a group number unique in the batch.
 func (bb *batchBuffers) split(batch []*centralCall, k int) (sent int) {
 	for len(bb.parts) < k {
 		bb.parts = append(bb.parts, nil)
@@ -487,9 +514,17 @@ func (bb *batchBuffers) split(batch []*centralCall, k int) (sent int) {
 		clear(bb.parts[i])
 		bb.parts[i] = bb.parts[i][:0]
 	}
-	for _, c := range batch {
-		if c.state.CompareAndSwap(callQueued, callSent) {
-			bb.parts[c.shard] = append(bb.parts[c.shard], c)
+	for i, c := range batch {
+		if !c.state.CompareAndSwap(callQueued, callSent) {
+			continue
+		}
+		var group int64
+		if len(c.members) > 1 {
+			group = int64(i) + 1
+		}
+		for _, m := range c.members {
+			m.group = group
+			bb.parts[m.shard] = append(bb.parts[m.shard], m)
 			sent++
 		}
 	}
@@ -541,6 +576,7 @@ func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centra
 			}
 			a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(idx))
 		}
+		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.group))
 	}
 }
 

@@ -2,11 +2,225 @@ package enforcer
 
 import (
 	"context"
-	"errors"
+	"encoding/binary"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/lua"
+	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
-// decideAll decides a group through Redis. Not yet: the script's groups
-// come in the next change.
+// decideAll decides a group through Redis: its calls go to the script
+// together, as one unit of one batch, and the script decides them all or
+// nothing (decide.lua's groups). A group whose tenants live in several
+// shards is decided by each shard for its part, and the parts admitted
+// while another was not are refunded (refundSplitGroups). When Redis cannot
+// answer, the plane's failureMode decides the whole group (failAll).
 func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs []Request, ds []Decision) (bool, error) {
-	return false, errors.New("enforcer: DecideAll of more than one request in mode central is not implemented yet")
+	calls := make([]*centralCall, len(rs))
+	for i := range rs {
+		c, err := b.prepare(snap, &rs[i])
+		if err != nil {
+			for _, c := range calls[:i] {
+				callPool.Put(c)
+			}
+			return false, &RequestError{Index: i, Err: err}
+		}
+		calls[i] = c
+	}
+	lead := calls[0]
+	lead.members = calls
+	reusable := true // no worker will touch the calls again
+	var err error
+	if now != 0 {
+		b.run(ctx, now, []*centralCall{lead}, &batchBuffers{})
+		<-lead.done
+	} else {
+		var queued bool
+		queued, err = b.submit(ctx, lead)
+		reusable = err == nil || !queued
+	}
+	if reusable {
+		defer func() {
+			for _, c := range calls {
+				c.members = c.one[:]
+				callPool.Put(c)
+			}
+		}()
+	}
+	journal := err == nil || lead.state.Load() != callSent
+	for _, c := range calls {
+		if err == nil {
+			err = c.err
+		}
+	}
+	if err == nil {
+		allowed := true
+		for i, c := range calls {
+			c.decision(&ds[i])
+			allowed = allowed && ds[i].Allow
+		}
+		for i, c := range calls {
+			b.recordGroup(c, &rs[i], &ds[i], allowed)
+		}
+		return allowed, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return false, ctxErr
+	}
+	return b.failAll(calls, now, rs, ds, journal)
+}
+
+// recordGroup is record for a request of a group (recordGroupLocked).
+func (b *central) recordGroup(c *centralCall, r *Request, d *Decision, groupAllowed bool) {
+	e := b.e
+	local := e.snap.Load()
+	ts := local.known[r.Tenant]
+	if ts == nil {
+		ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(local.known))
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.lastSeen = e.clock()
+	ts.recordGroupLocked(ts.lastSeen, d, r.APIKey, c.endpoint, groupAllowed)
+}
+
+// failAll decides a group while Redis cannot, by the plane's failureMode,
+// for the whole group: allow admits every request, deny denies every one
+// at the global level, degrade decides the group on this node's share (as
+// DecideAll does in mode local) and journals what it admits (journal:
+// unless Redis may have decided the group too), to be debited from the
+// fleet's buckets when Redis is back.
+func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []Decision, journal bool) (bool, error) {
+	b.stats.degraded.Add(int64(len(calls)))
+	if now == 0 {
+		now = b.e.clock()
+	}
+	snap := calls[0].snap
+	switch snap.failureMode {
+	case "allow":
+		for i, c := range calls {
+			ds[i] = Decision{Allow: true, Cost: c.cost, Bound: LevelGlobal}
+		}
+		return true, nil
+	case "deny":
+		retry := retryDuration(b.breaker.waitUs(now))
+		for i, c := range calls {
+			ds[i] = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny, RetryAfter: retry}
+		}
+		return false, nil
+	}
+	allowed, err := b.e.decideAllLocal(now, rs, ds)
+	if err != nil || !allowed || !journal {
+		return allowed, err
+	}
+	for i, c := range calls {
+		b.journalAdmitted(c, &ds[i])
+	}
+	return true, nil
+}
+
+// journalAdmitted notes what the node admitted on its own for call c
+// (decision d), to be debited from the fleet's buckets when Redis is back.
+func (b *central) journalAdmitted(c *centralCall, d *Decision) {
+	prefix := c.snap.shardPrefixes[c.shard]
+	global, _ := b.shardLimits(c.snap, c.shard)
+	b.journal.add(prefix, prefix+"g", global, d.Cost)
+	if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
+		b.journal.add(prefix, c.keys[0], t, d.Cost-d.Borrowed)
+	}
+}
+
+// refundSplitGroups gives back, after a batch over several shards, what
+// a shard admitted of a group that another shard denied (or could not
+// decide): each shard decides its part of a group all or nothing, but the
+// parts are separate calls. Between a part's debit and its refund, a
+// concurrent decision on its shard sees the debit; a refund that fails
+// (Redis failing meanwhile) leaves it, so that a split group may admit
+// less than it should, never more. One pipelined refund call per shard.
+func (b *central) refundSplitGroups(ctx context.Context, now int64, batch []*centralCall, buf *batchBuffers) {
+	refunds := buf.refunds[:0]
+	for _, lead := range batch {
+		if len(lead.members) < 2 || lead.state.Load() != callSent {
+			continue
+		}
+		allowed := true
+		for _, m := range lead.members {
+			allowed = allowed && m.err == nil && m.reply[0] == 1
+		}
+		if allowed {
+			continue
+		}
+		// A shard's part was debited when every member of it was allowed.
+		var debited [MaxGroup]bool
+		for i, m := range lead.members {
+			debited[i] = m.err == nil
+			for _, o := range lead.members {
+				if o.shard == m.shard && (o.err != nil || o.reply[0] != 1) {
+					debited[i] = false
+				}
+			}
+		}
+		for i, m := range lead.members {
+			if debited[i] {
+				refunds = append(refunds, m)
+			}
+		}
+	}
+	buf.refunds = refunds
+	if len(refunds) == 0 {
+		return
+	}
+	k := len(refunds[0].snap.shardPrefixes)
+	calls := buf.calls[:0]
+	for shard := range k {
+		var keys []string
+		var records []byte
+		var at int64
+		for _, m := range refunds {
+			if m.shard != shard {
+				continue
+			}
+			at = m.at
+			borrowed := m.reply[5]
+			global, pool := b.shardLimits(m.snap, shard)
+			prefix := m.snap.shardPrefixes[shard]
+			add := func(key string, lim *policy.Limit, tokens int64) {
+				if lim == nil || tokens <= 0 {
+					return
+				}
+				alg := int64(lua.AlgorithmTokenBucket)
+				if lim.Algorithm == policy.SlidingWindow {
+					alg = lua.AlgorithmSlidingWindow
+				}
+				keys = append(keys, key)
+				for _, v := range [...]int64{alg, lim.Rate, lim.Burst, lim.PeriodMicros(), tokens} {
+					records = binary.LittleEndian.AppendUint64(records, uint64(v))
+				}
+			}
+			add(prefix+"g", global, m.cost)
+			add(prefix+"pool", pool, borrowed)
+			add(m.keys[0], m.limits[0], m.cost-borrowed)
+			add(m.keys[1], m.limits[1], borrowed)
+			add(m.keys[2], m.limits[2], m.cost)
+			add(m.keys[3], m.limits[3], m.cost)
+		}
+		if len(keys) > 0 {
+			calls = append(calls, lua.Call{Keys: keys, Args: []any{now, at, records}})
+		}
+	}
+	buf.refunds = buf.refunds[:0]
+	clear(refunds)
+	start := time.Now()
+	// Best effort: see above. A failed refund is counted.
+	if err := lua.Refund.RunPipelined(ctx, b.client, calls); err != nil {
+		b.stats.refundFailures.Add(int64(len(calls)))
+	} else {
+		for _, c := range calls {
+			if c.Cmd.Err() != nil {
+				b.stats.refundFailures.Add(1)
+			}
+		}
+	}
+	b.e.observeRedis(time.Since(start))
+	b.stats.refunds.Add(int64(len(calls)))
 }

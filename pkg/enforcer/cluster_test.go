@@ -88,6 +88,53 @@ spec: {tenant: whale, shards: 3, limit: {rate: 0, burst: 300}}
 		}
 	})
 
+	t.Run("a group across shards is all or nothing", func(t *testing.T) {
+		flush()
+		yaml := withMode(planeHeader, "central", "shards: 3") + `  global: {rate: 0, burst: 1000000}
+  tiers: [{name: t, weight: 1, hard: true, tenant: {rate: 0, burst: 600}}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: read}
+spec: {endpoint: read, cost: 1}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: write}
+spec: {endpoint: write, cost: 7}
+`
+		e := centralEngine(t, compileYAML(t, yaml), cluster.Client(t), "n0", WithRedisTimeout(5*time.Second))
+		// Two tenants in different shards: the group's parts are two calls.
+		shard := func(name string) int { s, _ := e.central.shards.shardOf(3, &policy.Tenant{Name: name}, ""); return s }
+		x, y := "t0", "t1"
+		for i := 1; shard(y) == shard(x); i++ {
+			y = sprintf("t%d", i)
+		}
+		now := time.Now()
+		rs := []Request{{Tenant: x, Endpoint: "read", Units: 10}, {Tenant: y, Endpoint: "read", Units: 700}}
+		ds := make([]Decision, 2)
+		if allowed, err := e.DecideAllAt(now, rs, ds); err != nil || allowed || !ds[0].Allow || ds[1].Allow {
+			t.Fatalf("%t, %v, %+v; want the second denied", allowed, err, ds)
+		}
+		if got := remainingIn(t, e, LevelTenant, x); got != 600 {
+			t.Fatalf("%s has %d left after its group was denied in another shard, want its 600", x, got)
+		}
+		if n := e.central.stats.refunds.Load(); n != 1 || e.central.stats.refundFailures.Load() != 0 {
+			t.Fatalf("%d refund calls, %d failed; want one", n, e.central.stats.refundFailures.Load())
+		}
+		// Groups and single decisions race over the shards: every tenant's
+		// bucket ends exactly at what was admitted through it.
+		flush()
+		e = centralEngine(t, compileYAML(t, yaml), cluster.Client(t), "n1", WithRedisTimeout(5*time.Second))
+		if err := concurrentGroups(t, e, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d refund calls", e.central.stats.refunds.Load())
+		if e.central.stats.refunds.Load() == 0 {
+			t.Fatal("no group was split and refunded: the race exercises too little")
+		}
+	})
+
 	t.Run("parts follow demand", func(t *testing.T) {
 		flush()
 		p := compileYAML(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 3000, burst: 300}

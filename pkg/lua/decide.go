@@ -4,11 +4,19 @@ package lua
 // the hierarchy and the burst pool in one atomic call.
 var Decide = load("decide.lua")
 
-// The shape of a Decide call; decide.lua's header is the contract.
+// The shape of a Decide call; decide.lua's header is the contract
+// (TestDecideShape checks that both agree).
 const (
+	// DecideRequestFields is the little-endian int64 of each request's
+	// record in ARGV[3]: cost, reserve, may borrow, the four levels' key
+	// indexes and the group.
+	DecideRequestFields = 8
 	// DecideReplyFields is each request's share of the reply, after the
 	// reply's first element (the time the script decided at).
 	DecideReplyFields = 7
+	// RefundRecordFields is the little-endian int64 of each record of a
+	// Refund call (ARGV[3]): algorithm, rate, burst, period µs, tokens.
+	RefundRecordFields = 5
 )
 
 // Algorithms of a level, as Decide takes them.
@@ -29,6 +37,10 @@ const (
 	ReasonEndpoint
 	ReasonKey
 )
+
+// Refund is refund.lua: what Decide debited for the part of a group that
+// one shard admitted and another denied, given back.
+var Refund = load("refund.lua")
 
 // Heartbeat is heartbeat.lua: a node's heartbeat, answered with the number
 // of live nodes.

@@ -15,11 +15,13 @@
 -- ARGV[2]  the limit on each key: #KEYS records of 4 little-endian int64,
 --          algorithm (0 none, 1 token bucket, 2 sliding window), rate,
 --          burst, period µs
--- ARGV[3]  the requests: records of 7 little-endian int64, cost, reserve
+-- ARGV[3]  the requests: records of 8 little-endian int64, cost, reserve
 --          (token·µs of the global bucket the request must leave: tier
 --          floors), may borrow (0|1), then the indexes in KEYS of its
 --          tenant limit, borrow allowance, endpoint limit and api key limit
---          (0: the level has no limit)
+--          (0: the level has no limit), then its group: 0 for a request
+--          decided alone; requests in a row with the same group (not 0)
+--          are one group, decided all or nothing (see Groups)
 -- ARGV[4]  1 to add the batch's cost, admitted or not, to the demand
 --          counter (a plane split into shards rebalances their parts of the
 --          global limit by it); 0 not to
@@ -48,17 +50,29 @@
 -- losing it changes nothing. A bucket with rate 0 never refills; it expires
 -- a week after its last debit.
 --
--- Side effects: debits the levels of allowed requests; denied requests
--- change nothing (but the demand counter, when asked).
+-- Groups: the requests of a group are decided in order, each on top of the
+-- debits of the earlier ones (two requests of one tenant need both costs
+-- at its level). When one of them is denied, every level the group touched
+-- (global, pool, tenant, allowance, endpoint, key; buckets and windows) is
+-- restored to what it was before the group's first request, in this
+-- call's state, before the next request is decided: each request's reply
+-- is its own decision (allowed for one that passed given the earlier
+-- ones), but none of them is debited. The caller reads the group's
+-- outcome from its requests: admitted when all were allowed.
+--
+-- Side effects: debits the levels of allowed requests (of groups whose
+-- requests were all allowed); denied requests and denied groups change
+-- nothing (but the demand counter, when asked).
 --
 -- Complexity: O(requests + distinct keys); a sliding window costs
--- O(entries) ≤ its rate. A denied borrowing request costs up to 32 more
+-- O(entries) ≤ its rate, and restoring it after a denied group the entries
+-- the group added. A denied borrowing request costs up to 32 more
 -- evaluations (bisection for its retry time), in Lua only.
 
 local HOUR = 3600000000
 local INF = math.huge
 local unpack4 = '<i8i8i8i8'
-local unpack7 = '<i8i8i8i8i8i8i8'
+local unpack8 = '<i8i8i8i8i8i8i8i8'
 local BUCKET_FORMAT = '<i8i8i8i8'
 -- a bucket of a limit that never refills (rate 0) expires after a week
 -- without a debit: state for holders requests name must not live forever
@@ -244,13 +258,57 @@ end
 local g = level(1)
 local pool = level(2)
 
+-- A group's undo: the state of every level it touched, as before its first
+-- request; nil outside a group.
+local saved = nil
+
+-- use returns the state of KEYS[i] (as level) and, inside a group, saves it
+-- the first time the group touches it.
+local function use(i)
+  local s = level(i)
+  if s and saved and not saved[i] then
+    if s[BUCKET] then
+      saved[i] = {s, s[LEVEL], s[LAST], s[DIRTY]}
+    else
+      saved[i] = {s, s[SUM], s[HEAD], #s[AT], s[LATEST], s[DIRTY]}
+    end
+  end
+  return s
+end
+
+-- restore puts every level the group touched back as it was.
+local function restore()
+  for _, v in pairs(saved) do
+    local s = v[1]
+    if s[BUCKET] then
+      s[LEVEL], s[LAST], s[DIRTY] = v[2], v[3], v[4]
+    else
+      local at, cost = s[AT], s[COST]
+      for j = #at, v[4] + 1, -1 do
+        at[j], cost[j] = nil, nil
+      end
+      s[SUM], s[HEAD], s[LATEST], s[DIRTY] = v[2], v[3], v[5], v[6]
+    end
+  end
+end
+
 local out = {now}
 local o = 1
 local offered = 0
-for pos = 1, #requests, 56 do
-  local cost, reserve, may_borrow, ti, ai, ei, ki = struct.unpack(unpack7, requests, pos)
+local group, group_ok = 0, true
+for pos = 1, #requests, 64 do
+  local cost, reserve, may_borrow, ti, ai, ei, ki, grp = struct.unpack(unpack8, requests, pos)
+  if grp ~= group then -- the previous group ends, another begins
+    if saved and not group_ok then restore() end
+    group, group_ok, saved = grp, true, nil
+    if grp ~= 0 then
+      saved = {}
+      use(1)
+      use(2)
+    end
+  end
   offered = offered + cost
-  local tl = level(ti)
+  local tl = use(ti)
   local lower, lower_s, reason, borrow = 0, nil, 0, 0
   local allowance, el, kl = nil, nil, nil
   if tl then
@@ -259,7 +317,7 @@ for pos = 1, #requests, 56 do
       lower, lower_s, reason = 2, tl, 3
       if may_borrow == 1 and pool and not never(tl, cost) then
         local short = math.max(cost - remaining(tl), 0)
-        allowance = level(ai)
+        allowance = use(ai)
         settle(allowance)
         if covers(allowance, short) then
           lower, borrow = 0, short
@@ -270,14 +328,14 @@ for pos = 1, #requests, 56 do
     end
   end
   if lower == 0 then
-    el = level(ei)
+    el = use(ei)
     if el then
       settle(el)
       if not covers(el, cost) then lower, lower_s, reason = 3, el, 6 end
     end
   end
   if lower == 0 then
-    kl = level(ki)
+    kl = use(ki)
     if kl then
       settle(kl)
       if not covers(kl, cost) then lower, lower_s, reason = 4, kl, 7 end
@@ -327,10 +385,14 @@ for pos = 1, #requests, 56 do
     end
   end
   if retry > HOUR then retry = HOUR end
-  if allowed == 0 then bound = lvl end
+  if allowed == 0 then
+    bound = lvl
+    group_ok = false
+  end
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] = allowed, lvl, reason, retry, rem, borrowed, bound
   o = o + 7
 end
+if saved and not group_ok then restore() end
 
 if ARGV[4] == '1' then
   redis.call('INCRBY', KEYS[3], string.format('%d', offered))

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -57,6 +58,29 @@ func TestNoScriptRecovery(t *testing.T) {
 		}
 		if err := c.Del(ctx, "qp:{t}:nodes").Err(); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestDecideShape: decide.lua's and refund.lua's headers state the record
+// and reply sizes the Go wrappers use, and the script reads records of
+// that size.
+func TestDecideShape(t *testing.T) {
+	for _, tc := range []struct {
+		script, says string
+		code         string
+	}{
+		{"decide.lua", fmt.Sprintf("records of %d little-endian int64", DecideRequestFields), fmt.Sprintf("#requests, %d do", 8*DecideRequestFields)},
+		{"decide.lua", fmt.Sprintf("per request %d integers", DecideReplyFields), fmt.Sprintf("o = o + %d", DecideReplyFields)},
+		{"refund.lua", fmt.Sprintf("records of %d little-endian int64", RefundRecordFields), fmt.Sprintf("%d * (i - 1) + 1", 8*RefundRecordFields)},
+	} {
+		src, _ := files.ReadFile(tc.script)
+		header := strings.SplitN(string(src), "\n\n", 2)[0]
+		if !strings.Contains(header, tc.says) {
+			t.Errorf("%s: the header does not say %q", tc.script, tc.says)
+		}
+		if !strings.Contains(string(src), tc.code) {
+			t.Errorf("%s: the code does not read %q", tc.script, tc.code)
 		}
 	}
 }
