@@ -5,7 +5,9 @@
 // # The hierarchy
 //
 // A request names a tenant, an endpoint, an api key and a number of units;
-// its cost is the endpoint's cost times max(units, 1). It must pass four
+// its cost is the endpoint's cost times max(units, 1) (an endpoint the plane
+// does not name, or none, costs 1 and has no endpoint limit, when the
+// plane's unknownEndpoints lets it through). It must pass four
 // levels in order — global (the plane), tenant, endpoint (per tenant) and key
 // (per tenant and key) — and is denied at the first that cannot cover its
 // cost. A denied request consumes nothing anywhere: the levels below global
@@ -14,6 +16,71 @@
 // every level is debited only once all of them pass. Decisions are therefore
 // linearisable: concurrent decisions give the same answers some serial order
 // would, and no tokens leak.
+//
+// # Requests from the wire
+//
+// Every decision, in every mode, starts with ValidateRequest, the one
+// validator of requests (gateways call it too, to answer 400 first): the
+// tenant and the api key are names (1 to 256 printable ASCII bytes without
+// spaces; the key may be absent), the endpoint is absent or an endpoint
+// name (1 to 128 of [A-Za-z0-9._~-]), the tier absent or a DNS label,
+// units in [0, MaxUnits]. Its errors wrap ErrInvalidRequest, name the field
+// and the rule, and never quote the api key nor a value that breaks the
+// rule. An endpoint name resolves canonically: the endpoint of that name,
+// else the one equal to it but for ASCII case (policy.ResolveEndpoint;
+// Compile refuses two endpoints that differ only in case), so that
+// "Export" costs what export costs and meets export's limits, in the
+// engine and in Redis alike; a variant such as "export " is refused rather
+// than taken for a cheaper unknown endpoint.
+//
+// # Key binding
+//
+// A plane whose keyBinding is bound admits a request only with an api key
+// that is one of its tenant's (policy.KeyBelongs: the key's SHA-256 among
+// the tenant's compiled hashes); another tenant's key, an unknown key, no
+// key, or a tenant the plane does not name fail with ErrKeyNotBound, after
+// validation and before anything else: no state is created and no bucket
+// moves, so rotating made-up tenant names costs nothing. The error names
+// the tenant and the key's policy.ShortKeyHash, never the key; traces and
+// TenantStatus show keys the same way (TraceEntry.KeyHash,
+// LimitStatus.Name).
+//
+// # Groups
+//
+// DecideAll decides up to MaxGroup requests as one group, all or nothing:
+// Envoy's rate limit service asks about a request's descriptors together,
+// and quotaplane admits the request only if all pass, debiting none of them
+// otherwise (envoyproxy/ratelimit debits those that passed). Every request
+// is validated and resolved before any is decided (*RequestError says
+// which failed); then each is decided in order on top of the earlier
+// ones' debits, so two requests of one tenant need both costs at its level.
+// A denied group leaves every bucket, window, pool, borrow allowance and
+// share as it found it; counters count only what stays admitted (the
+// plane's admitted count that local-reconciled pushes included), and a
+// request that passed in a denied group is traced as undone. A group of one
+// is Decide; larger groups never wait in the queueing modes.
+//
+// In the engine's own state (modes local and local-reconciled, and central
+// while its failureMode degrades) a group holds its tenants' locks, taken
+// in the order of their ids, and the plane's, from its first evaluation to
+// its commit or undo: no concurrent decision sees its tentative debits,
+// and groups and single decisions stay linearisable. In mode central,
+// decide.lua decides a group in one atomic call, restoring its in-memory
+// state of every level the group touched when one of its requests is
+// denied; while Redis cannot answer, the failureMode decides the whole
+// group (allow all, deny all, or degrade: the group on the node's share).
+//
+// A plane sharded over a Redis Cluster (spec.shards > 1) whose group's
+// tenants live in different shards cannot be decided in one atomic call:
+// each shard decides its part all or nothing, in one pipelined round trip,
+// and a part admitted while another shard denied its part (or could not
+// decide it) is given back (refund.lua) before DecideAll returns. That is
+// the honest limit of a group across shards: between a part's debit and
+// its refund, a concurrent decision on that shard sees the debit and may
+// be denied for it; a refund is capped at the bucket's burst (as if the
+// debit had never happened, less any refill the cap swallowed); and a
+// refund that fails (Redis failing meanwhile) leaves the debit, so a split
+// group may make its shards admit less, never more.
 //
 // # Buckets
 //
@@ -103,6 +170,6 @@
 // once it has been idle for the idle TTL and is as a fresh state would be, so
 // forgetting it never changes a decision; the number of such tenants and of
 // keys per tenant is bounded, beyond which newcomers share one state. Each
-// tenant keeps a trace of its last TraceLength decisions and its counters for
-// the debug view (TenantStatusAt).
+// tenant keeps a trace of its last TraceLength decisions (api keys as their
+// short hash) and its counters for the debug view (TenantStatusAt).
 package enforcer

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -589,4 +590,130 @@ func policyBurst(p *policy.Policy, tenant string) int64 {
 		t, _ = p.DefaultTenant(tenant, "")
 	}
 	return t.Limit.Burst
+}
+
+// TestCentralGroupFailureModes: while Redis is down, the plane's
+// failureMode decides a whole group: allow admits every request, deny
+// denies every one at the global level and says why, degrade decides the
+// group on the node's share, all or nothing (a global burst of 3 admits a
+// group of 2, then denies the next, debiting nothing of it).
+func TestCentralGroupFailureModes(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, mode := range []string{"allow", "deny", "degrade"} {
+		t.Run(mode, func(t *testing.T) {
+			p := compileYAML(t, withMode(planeHeader, "central", "failureMode: "+mode)+
+				"  global: {rate: 0, burst: 3}\n  tiers: [{name: t, weight: 1}]\n")
+			srv.Restart()
+			e := centralEngine(t, p, srv.Client(), "n1")
+			srv.Stop()
+			rs := []Request{{Tenant: "a", Endpoint: "x"}, {Tenant: "b", Endpoint: "x"}}
+			var outcomes []bool
+			for range 3 {
+				ds := make([]Decision, 2)
+				ok, err := e.DecideAll(context.Background(), rs, ds)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outcomes = append(outcomes, ok)
+				for _, d := range ds {
+					if mode == "deny" && (d.Allow || d.Level != LevelGlobal || d.Reason != reasonUnavailableDeny || d.RetryAfter <= 0) {
+						t.Fatalf("deny: %+v", d)
+					}
+					if mode == "allow" && !d.Allow {
+						t.Fatalf("allow: %+v", d)
+					}
+				}
+			}
+			want := map[string][]bool{"allow": {true, true, true}, "deny": {false, false, false}, "degrade": {true, false, false}}[mode]
+			if !slices.Equal(outcomes, want) {
+				t.Fatalf("groups %v, want %v", outcomes, want)
+			}
+			if mode == "degrade" {
+				if left := e.PlaneStatusAt(time.Now()).Global.Remaining; left != 1 {
+					t.Fatalf("the node's global bucket holds %d, want 1: the denied groups debited nothing", left)
+				}
+			}
+			if s := e.BackendStatus(); s.Fallbacks != 6 {
+				t.Fatalf("status %+v, want 6 decisions by the failure mode", s)
+			}
+		})
+	}
+}
+
+// TestCentralGroupNoScript: after SCRIPT FLUSH a group loads the script
+// again and is decided as before.
+func TestCentralGroupNoScript(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 0, burst: 5}\n  tiers: [{name: t, weight: 1}]\n")
+	e := centralEngine(t, p, client, "n1")
+	ctx := context.Background()
+	for i := range 4 {
+		if err := client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ds := make([]Decision, 2)
+		ok, err := e.DecideAll(ctx, []Request{{Tenant: "a", Endpoint: "x"}, {Tenant: "a", Endpoint: "x"}}, ds)
+		if err != nil || ok != (i < 2) {
+			t.Fatalf("group %d after SCRIPT FLUSH: %t, %v, %+v", i, ok, err, ds)
+		}
+	}
+	if s := e.BackendStatus(); s.Failures != 0 || s.Fallbacks != 0 {
+		t.Fatalf("status %+v", s)
+	}
+}
+
+// TestDecideAllConcurrentRefilling: groups and singles race in virtual
+// time on a global limit that refills (1,000 a second, burst 100): what is
+// admitted never exceeds the rate × the time elapsed + the burst, and
+// comes close to it (the offer is far above); in every mode.
+func TestDecideAllConcurrentRefilling(t *testing.T) {
+	srv := redistest.Start(t)
+	yaml := planeHeader + `  global: {rate: 1000, burst: 100}
+  tiers: [{name: t, weight: 1}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: write}
+spec: {endpoint: write, cost: 7}
+`
+	for _, m := range groupModes {
+		t.Run(m.name, func(t *testing.T) {
+			e := groupEngine(t, srv, m.mode, m.redisDown, yaml, WithRedisTimeout(10*time.Second))
+			const goroutines, rounds, stepUs = 4, 200, 500
+			start := at(time.Hour).UnixMicro()
+			var clock, admitted atomic.Int64
+			clock.Store(start)
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 10))
+					ds := make([]Decision, 3)
+					for range rounds {
+						rs := make([]Request, 1+rng.IntN(3))
+						for i := range rs {
+							rs[i] = Request{Tenant: fmt.Sprintf("t%d", rng.IntN(5)), Endpoint: []string{"read", "write"}[rng.IntN(2)]}
+						}
+						ok, err := e.DecideAllAt(time.UnixMicro(clock.Add(stepUs)), rs, ds[:len(rs)])
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if ok {
+							for _, d := range ds[:len(rs)] {
+								admitted.Add(d.Cost)
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Duration(clock.Load()-start) * time.Microsecond
+			limit := int64(elapsed.Seconds()*1000) + 100
+			t.Logf("admitted %d in %s of virtual time; the limit allows %d", admitted.Load(), elapsed, limit)
+			if got := admitted.Load(); got > limit || got < limit*7/10 {
+				t.Fatalf("admitted %d, want at most %d and close to it", got, limit)
+			}
+		})
+	}
 }

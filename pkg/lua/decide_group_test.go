@@ -108,7 +108,7 @@ func TestDecideGroups(t *testing.T) {
 	reply = decideAt(t, c, now,
 		requestOf("a", 3, 1), requestOf("b", 11, 1), // denied at b's tenant level
 		requestOf("a", 5, 2), requestOf("a", 5, 2), // 10 of a's 9 left: denied
-		requestOf("a", 9, 0), // alone, after both: a's 9
+		requestOf("a", 9, 0),                       // alone, after both: a's 9
 		requestOf("b", 4, 3), requestOf("b", 5, 3), // admitted
 	)
 	if got := allowedOf(reply); !slices.Equal(got, []int64{1, 0, 1, 0, 1, 1, 1}) {
