@@ -197,16 +197,12 @@ func run() error {
 		go loader.WatchDir(ctx, *policyDir, *reloadEvery)
 	case policies != nil:
 		go func() { _ = loader.WatchStore(ctx, policies) }()
-		decisions := metrics.Decisions // the HTTP API's and, below, the gRPC server's
-		if gw != nil {
-			decisions = func() int64 { return metrics.Decisions() + gw.Decisions() }
-		}
-		go loader.Report(ctx, policies, decisions, time.Second)
+		go loader.Report(ctx, policies, metrics.Decisions, time.Second)
 	}
 	apiHandler.Set(server.NewAPI(engine, metrics))
 	adminHandler.Set(server.NewAdmin(engine, metrics, loader.Ready))
 	if gw != nil {
-		gw.SetEngine(engine)
+		gw.SetEngine(engine, metrics.Observe)
 	}
 	slog.Info("enforcer serving", "listen", *listen, "auth", apiAuth.Mode(), "grpc", *grpcListen, "grpc_auth", grpcAuth.Mode(),
 		"admin", *adminListen, "policy", source, "plane", inForce.ID(), "version", inForce.Version(), "hash", inForce.Hash()[:12], "mode", inForce.Spec().Mode)

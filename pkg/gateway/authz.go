@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -35,8 +35,8 @@ var (
 // authorizationService is envoy.service.auth.v3.Authorization.
 type authorizationService struct {
 	authv3.UnimplementedAuthorizationServer
-	engine    func() (*enforcer.Engine, error)
-	decisions *atomic.Int64 // may be nil
+	engine  func() (*enforcer.Engine, error)
+	observe Observer
 }
 
 // Check decides the original request of req: see the package doc.
@@ -49,6 +49,7 @@ func (s *authorizationService) Check(ctx context.Context, req *authv3.CheckReque
 	if problem != "" {
 		return deniedCheck(typev3.StatusCode_BadRequest, codes.InvalidArgument, nil, errorBody(problem)), nil
 	}
+	start := time.Now()
 	d, err := e.Decide(ctx, r)
 	if err != nil {
 		if level, ok := refusalLevel(err); ok {
@@ -62,9 +63,7 @@ func (s *authorizationService) Check(ctx context.Context, req *authv3.CheckReque
 		}
 		return nil, engineStatus(err)
 	}
-	if s.decisions != nil {
-		s.decisions.Add(1)
-	}
+	s.observe(e, r.Tenant, &d, time.Since(start))
 	limits := e.LimitsFor(&r)
 	headers := make([]*corev3.HeaderValueOption, 0, 5)
 	quotaheaders.Each(&limits, &d, func(name, value string) { headers = append(headers, header(name, value)) })

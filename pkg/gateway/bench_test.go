@@ -44,7 +44,7 @@ func benchShouldRateLimit(b *testing.B, descriptors int) {
 		b.Fatal(err)
 	}
 	s := NewServer()
-	s.SetEngine(newEngine(b, p.WithVersion(1)))
+	s.SetEngine(newEngine(b, p.WithVersion(1)), nil)
 	first := serve(b, s)
 	clients := []rlsv3.RateLimitServiceClient{rlsv3.NewRateLimitServiceClient(first)}
 	for len(clients) < benchConns {

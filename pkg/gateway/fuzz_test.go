@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/quotaplane/quotaplane/pkg/server"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -37,7 +39,7 @@ func FuzzRateLimitRequest(f *testing.F) {
 	f.Add("gw", "beta", "write", "k", "", uint32(1_000_000), uint64(1_000_001), uint64(0x8888), uint8(64), uint8(0))
 	f.Fuzz(func(t *testing.T, domain, tenant, endpoint, key, extraKey string, hits uint32, descHits, pattern uint64, n, flags uint8) {
 		e := fuzzEngine(t)
-		s := &rateLimitService{engine: func() (*enforcer.Engine, error) { return e, nil }}
+		s := &rateLimitService{engine: func() (*enforcer.Engine, error) { return e, nil }, observe: server.NewMetrics(e, nil).Observe}
 		req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: hits}
 		for i := range int(n) {
 			bits := pattern >> (i % 16 * 4)
@@ -106,7 +108,7 @@ func FuzzCheckRequest(f *testing.F) {
 	f.Add("GET", "/%2e%2e/v1/read", "acme", "k1", "1000001", "", false, false, true)
 	f.Fuzz(func(t *testing.T, method, path, tenant, key, units, extension string, useExtension, rawHeaders, dupTenant bool) {
 		e := fuzzEngine(t)
-		s := &authorizationService{engine: func() (*enforcer.Engine, error) { return e, nil }}
+		s := &authorizationService{engine: func() (*enforcer.Engine, error) { return e, nil }, observe: server.NewMetrics(e, nil).Observe}
 		h := &authv3.AttributeContext_HttpRequest{Method: method, Path: path}
 		pairs := []string{"x-tenant", tenant, "x-api-key", key}
 		if units != "" {

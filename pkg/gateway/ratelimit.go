@@ -7,7 +7,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -35,8 +34,8 @@ const (
 // rateLimitService is envoy.service.ratelimit.v3.RateLimitService.
 type rateLimitService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	engine    func() (*enforcer.Engine, error)
-	decisions *atomic.Int64 // may be nil
+	engine  func() (*enforcer.Engine, error)
+	observe Observer
 }
 
 // ShouldRateLimit decides all of req's descriptors together: see the
@@ -56,6 +55,7 @@ func (s *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	if err := rateLimitRequests(e.Policy(), req, rs); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	allowed, err := e.DecideAll(ctx, rs, ds)
 	if err != nil {
 		var re *enforcer.RequestError
@@ -69,8 +69,13 @@ func (s *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		}
 		return nil, engineStatus(err)
 	}
-	if s.decisions != nil {
-		s.decisions.Add(int64(n))
+	took := time.Since(start)
+	for i := range n {
+		// A request of a denied group that would have passed was not
+		// admitted: only the denials of such a group are counted.
+		if allowed || !ds[i].Allow {
+			s.observe(e, rs[i].Tenant, &ds[i], took)
+		}
 	}
 	return rateLimitResponse(e, rs, ds, allowed), nil
 }

@@ -43,11 +43,17 @@ const (
 // reflection. Until SetEngine it answers every decision with Unavailable
 // and health with NOT_SERVING, as an enforcer does before its first policy.
 type Server struct {
-	grpc      *grpc.Server
-	health    *health.Server
-	engine    atomic.Pointer[enforcer.Engine]
-	decisions atomic.Int64 // requests decided, a descriptor each
+	grpc     *grpc.Server
+	health   *health.Server
+	engine   atomic.Pointer[enforcer.Engine]
+	observer atomic.Pointer[Observer]
 }
+
+// Observer is told of every decision the server makes (a descriptor of a
+// ShouldRateLimit, a Check): server.Metrics.Observe, so that the enforcer's
+// metrics and the decision rate it reports for fleet scaling count the
+// gRPC surfaces as they count the HTTP API.
+type Observer func(e *enforcer.Engine, tenant string, d *enforcer.Decision, took time.Duration)
 
 // NewServer returns a server with opts (authn's, say) added to its own
 // bounds. Serve it with Serve; stop it with Shutdown.
@@ -58,24 +64,29 @@ func NewServer(opts ...grpc.ServerOption) *Server {
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.ConnectionTimeout(10 * time.Second),
 	}, opts...)...)
-	rlsv3.RegisterRateLimitServiceServer(s.grpc, &rateLimitService{engine: s.currentEngine, decisions: &s.decisions})
-	authv3.RegisterAuthorizationServer(s.grpc, &authorizationService{engine: s.currentEngine, decisions: &s.decisions})
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, &rateLimitService{engine: s.currentEngine, observe: s.observe})
+	authv3.RegisterAuthorizationServer(s.grpc, &authorizationService{engine: s.currentEngine, observe: s.observe})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
 	return s
 }
 
-// SetEngine makes e decide every call from now on and health SERVING.
-func (s *Server) SetEngine(e *enforcer.Engine) {
+// SetEngine makes e decide every call from now on, observed by observe
+// (may be nil), and health SERVING.
+func (s *Server) SetEngine(e *enforcer.Engine, observe Observer) {
+	if observe != nil {
+		s.observer.Store(&observe)
+	}
 	s.engine.Store(e)
 	s.setHealth(healthpb.HealthCheckResponse_SERVING)
 }
 
-// Decisions is how many requests the server has decided (each descriptor
-// of a ShouldRateLimit, each Check), admitted or denied: with the HTTP
-// API's, the decision rate an enforcer reports for fleet scaling.
-func (s *Server) Decisions() int64 { return s.decisions.Load() }
+func (s *Server) observe(e *enforcer.Engine, tenant string, d *enforcer.Decision, took time.Duration) {
+	if o := s.observer.Load(); o != nil {
+		(*o)(e, tenant, d, took)
+	}
+}
 
 func (s *Server) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
 	for _, name := range []string{"", RateLimitServiceName, AuthorizationServiceName} {

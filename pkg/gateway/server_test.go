@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/server"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -46,7 +48,8 @@ func TestServerLifecycle(t *testing.T) {
 	}
 
 	e := newEngine(t, compilePlane(t, testPlane("")))
-	s.SetEngine(e)
+	metrics := server.NewMetrics(e, nil)
+	s.SetEngine(e, metrics.Observe)
 	for _, name := range []string{"", RateLimitServiceName, AuthorizationServiceName} {
 		if got := healthOf(name); got != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health of %q after the engine: %v", name, got)
@@ -69,8 +72,8 @@ func TestServerLifecycle(t *testing.T) {
 	if resp, err := authz.Check(ctx, check); err != nil || resp.GetOkResponse() == nil {
 		t.Fatalf("Check: %v, %v", resp, err)
 	}
-	if got := s.Decisions(); got != 4 {
-		t.Fatalf("Decisions: %d, want 4 (1 + 2 descriptors + 1 Check; the refused call is none)", got)
+	if got := metrics.Decisions(); got != 4 {
+		t.Fatalf("observed decisions: %d, want 4 (1 + 2 descriptors + 1 Check; the refused call is none)", got)
 	}
 
 	watch, err := health.Watch(ctx, &healthpb.HealthCheckRequest{})

@@ -92,7 +92,17 @@ func Each(limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision, add
 
 // Set sets the fields of Each on h.
 func Set(h http.Header, limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision) {
-	Each(limits, d, h.Set)
+	Each(limits, d, func(name, value string) { h[canonical[name]] = []string{value} })
+}
+
+// canonical holds the names of Each in http.Header's spelling, so that Set
+// does not make it again on every answer (RateLimit becomes Ratelimit).
+var canonical = map[string]string{}
+
+func init() {
+	for _, name := range []string{RetryAfter, Level, Reason, RateLimitPolicy, RateLimit} {
+		canonical[name] = http.CanonicalHeaderKey(name)
+	}
 }
 
 // RetryAfterSeconds is the Retry-After value for a wait: whole seconds,

@@ -87,7 +87,7 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 		writeEngineError(w, err)
 		return
 	}
-	a.metrics.observe(a.engine, req.Tenant, d, time.Since(start))
+	a.metrics.Observe(a.engine, req.Tenant, &d, time.Since(start))
 	body := decision{Allowed: d.Allow, Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining, Borrowed: d.Borrowed}
 	limits := a.engine.LimitsFor(&req)
 	quotaheaders.Set(w.Header(), &limits, &d)

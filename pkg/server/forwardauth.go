@@ -79,7 +79,7 @@ func (a *API) forwardAuth(denyStatus int) http.HandlerFunc {
 			writeRefusal(w, refusalStatus(status), level, message)
 			return
 		}
-		a.metrics.observe(a.engine, req.Tenant, d, time.Since(start))
+		a.metrics.Observe(a.engine, req.Tenant, &d, time.Since(start))
 		limits := a.engine.LimitsFor(&req)
 		quotaheaders.Set(w.Header(), &limits, &d)
 		if d.Allow {

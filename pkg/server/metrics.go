@@ -30,7 +30,7 @@ type Metrics struct {
 	decisions atomic.Int64
 }
 
-// Decisions is how many decisions the API has made.
+// Decisions is how many decisions Observe has counted: every surface's.
 func (m *Metrics) Decisions() int64 { return m.decisions.Load() }
 
 // RedisLatency is the histogram of the engine's calls to Redis: observe
@@ -79,8 +79,10 @@ func NewMetrics(e *enforcer.Engine, redis prometheus.Histogram) *Metrics {
 	return m
 }
 
-// observe counts one decision of tenant that took d.
-func (m *Metrics) observe(e *enforcer.Engine, tenant string, dec enforcer.Decision, d time.Duration) {
+// Observe counts one decision of tenant that took d. Every decision
+// surface calls it: the HTTP API, forward auth and the gRPC services. m
+// may be nil.
+func (m *Metrics) Observe(e *enforcer.Engine, tenant string, dec *enforcer.Decision, d time.Duration) {
 	if m == nil {
 		return
 	}
