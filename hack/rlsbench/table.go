@@ -93,7 +93,7 @@ func printTable(w io.Writer, runs []run, base string) {
 	}
 	slices.SortStableFunc(order, func(a, b group) int { return a.descriptors - b.descriptors })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "descriptors\tarm\truns\tdecisions/s\tp50 µs\tp99 µs\tserver CPU µs/decision\tRedis CPU µs/decision\trlsbench CPU µs/decision\terrors\tdecisions/s ÷ "+base+"\tserver+Redis CPU ÷ "+base+"\t")
+	fmt.Fprintln(tw, "descriptors\tarm\truns\tdecisions/s\tp50 µs\tp99 µs\tserver CPU µs/decision\tRedis CPU µs/decision\trlsbench CPU µs/decision\terrors\tdecisions/s ÷ "+base+"\tdecisions per server+Redis CPU-s ÷ "+base+"\t")
 	for _, g := range order {
 		rs := byGroup[g]
 		rate := median(rs, "decisions_per_s")
