@@ -6,14 +6,15 @@
 # selects, as a checkout of that commit would, from a temporary directory
 # outside this repository (whose go.mod plays no part). The binary is cached
 # outside the repository: the first run takes 24 s on a 2-core VM with a warm
-# Go module cache (a cold one adds the download of its ~80 modules), later
-# ones none. Prints the binary's path.
+# Go module cache (a cold one adds the download of the 53 modules it is
+# built from), later ones none. Prints the binary's path.
 #
 #   peer=$(hack/ratelimit-peer.sh)
 #
-# RATELIMIT_VERSION picks another version: upstream tags no releases after
-# v1.4.0, so it is a pseudo-version of a commit on main (`go list -m
-# github.com/envoyproxy/ratelimit@latest` names the newest).
+# RATELIMIT_VERSION picks another version. The module proxy lists no tagged
+# versions of github.com/envoyproxy/ratelimit (`go list -m -versions`), so
+# it is a pseudo-version of a commit on main; `go list -m
+# github.com/envoyproxy/ratelimit@latest` names the newest.
 set -euo pipefail
 
 RATELIMIT_VERSION="${RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}"
