@@ -546,7 +546,7 @@ func (e *Engine) bringLocked(snap *snapshot, ts *tenantState, r *Request, now in
 // With a group (DecideAll), plane.mu is held by the caller for the whole
 // group, every debit is noted in the group's undo log, and the decision is
 // neither counted nor traced: the group's outcome decides how (see
-// group.finishLocked).
+// decideGroupLocked).
 func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, mode decideMode, d *Decision, g *group) {
 	ts.lastSeen = now
 

@@ -35,19 +35,18 @@ type tenantState struct {
 	// tenant comes through few keys.
 	lastKey      string
 	lastKeyState *keyState
-	keys         map[string]*keyState
+	// hashedKey is the api key whose short hash is keyHash: the trace
+	// stores a key's hash, never the key, and most of a tenant's traffic
+	// comes through few keys. Beside lastKey: the same cache lines.
+	hashedKey string
+	keyHash   [shortKeyHashBytes]byte
+	keys      map[string]*keyState
 
 	tierRank  int
 	mayBorrow bool
 	share     shareBucket
 	allowance limiter // borrow allowance: PerTenantCeiling, repaid at the pool's refill rate
 	trace     traceRing
-
-	// hashedKey is the api key whose short hash is keyHash: the trace
-	// stores a key's hash, never the key, and most of a tenant's traffic
-	// comes through few keys.
-	hashedKey string
-	keyHash   [shortKeyHashBytes]byte
 
 	name          string
 	requestedTier string        // the tier the first request asked for (unknown tenants)
