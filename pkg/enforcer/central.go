@@ -126,6 +126,19 @@ func (b *central) close() {
 	b.workers.Wait()
 }
 
+// send decides call (a group's lead, with its members) at now, alone, or,
+// with now 0, queues it for a batch at Redis TIME and waits. reusable says
+// that no worker will touch the call again, so it may go back to callPool.
+func (b *central) send(ctx context.Context, now int64, call *centralCall) (reusable bool, err error) {
+	if now != 0 {
+		b.run(ctx, now, []*centralCall{call}, &batchBuffers{})
+		<-call.done
+		return true, nil
+	}
+	queued, err := b.submit(ctx, call)
+	return err == nil || !queued, err
+}
+
 // planeKey is the prefix of every Redis key of the plane: one hash tag, so
 // that every call touches one cluster slot.
 func planeKey(p *policy.Policy) string {
@@ -140,15 +153,7 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	if err != nil {
 		return err
 	}
-	reusable := true // no worker will touch the call again
-	if now != 0 {
-		b.run(ctx, now, []*centralCall{call}, &batchBuffers{})
-		<-call.done
-	} else {
-		var queued bool
-		queued, err = b.submit(ctx, call)
-		reusable = err == nil || !queued
-	}
+	reusable, err := b.send(ctx, now, call)
 	if reusable {
 		defer callPool.Put(call)
 	}

@@ -29,16 +29,7 @@ func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs [
 	}
 	lead := calls[0]
 	lead.members = calls
-	reusable := true // no worker will touch the calls again
-	var err error
-	if now != 0 {
-		b.run(ctx, now, []*centralCall{lead}, &batchBuffers{})
-		<-lead.done
-	} else {
-		var queued bool
-		queued, err = b.submit(ctx, lead)
-		reusable = err == nil || !queued
-	}
+	reusable, err := b.send(ctx, now, lead)
 	if reusable {
 		defer func() {
 			for _, c := range calls {
