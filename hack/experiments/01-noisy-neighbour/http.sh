@@ -47,7 +47,7 @@ for i in $(seq 1 "$REPEATS"); do
 		dirs[$fairness]="${dirs[$fairness]:+${dirs[$fairness]},}$out"
 		api=$(freeport) admin=$(freeport)
 		"$RESULTS/enforcer" -policy "$PLANE" -fairness "$fairness" -listen "127.0.0.1:$api" \
-			-admin-listen "127.0.0.1:$admin" >"$out.enforcer.log" 2>&1 &
+			-admin-listen "127.0.0.1:$admin" -grpc-listen "" >"$out.enforcer.log" 2>&1 &
 		pid=$!
 		until curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz"; do sleep 0.1; done
 		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -target http -urls "http://127.0.0.1:$api" \
