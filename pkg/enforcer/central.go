@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -219,9 +220,17 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 		levelKey(prefix+"t:"+holder, t.Limit),
 		prefix + "a:" + holder,
 		levelKey(prefix+"e:"+holder+":"+endpointName, c.epLim),
-		levelKey(prefix+"k:"+holder+":"+lengthPrefixed(r.APIKey), c.keyLim),
+		levelKey(prefix+"k:"+holder+":"+keyDigest(r.APIKey), c.keyLim),
 	}
 	return c, nil
+}
+
+// keyDigest names an api key in Redis key names: 128 bits of its SHA-256,
+// so that nothing read from Redis (a dump, SCAN, MONITOR, the slow log)
+// shows an api key. Fixed-length hex, it needs no length prefix.
+func keyDigest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:16])
 }
 
 // lengthPrefixed is s behind its length: names that requests choose can

@@ -80,7 +80,7 @@ func TestCentralNoRefillKeysExpire(t *testing.T) {
 	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x", APIKey: "random-1"}); err != nil {
 		t.Fatal(err)
 	}
-	ttl, err := client.PTTL(context.Background(), planeKey(p)+"k:"+lengthPrefixed("a")+":"+lengthPrefixed("random-1")).Result()
+	ttl, err := client.PTTL(context.Background(), planeKey(p)+"k:"+lengthPrefixed("a")+":"+keyDigest("random-1")).Result()
 	if err != nil || ttl <= 0 || ttl > 8*24*time.Hour {
 		t.Fatalf("a no-refill bucket's expiry is %s (%v), want a week", ttl, err)
 	}

@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -129,6 +130,17 @@ func TestKeysNeverShown(t *testing.T) {
 				if !named {
 					t.Fatalf("limits %+v: want the key's limit named by its short hash", s.Limits)
 				}
+			}
+			if m.redisDown {
+				return
+			}
+			// Nor does Redis: its key names carry a digest of the api key.
+			names, err := srv.Client().Keys(context.Background(), "*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dump := strings.Join(names, " "); strings.Contains(dump, "sk-live") {
+				t.Fatalf("Redis key names show the api key: %s", dump)
 			}
 		})
 	}
