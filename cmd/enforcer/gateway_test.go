@@ -245,16 +245,30 @@ func TestRateLimitBadRequests(t *testing.T) {
 			codes.InvalidArgument, `this enforcer serves domain "gw"`},
 		{"no tenant", &rlsv3.RateLimitRequest{Domain: "gw", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("tenant=acme"), desc("user=acme")}},
 			codes.InvalidArgument, `descriptor 1: no tenant entry: looked for the key "tenant"`},
+		// A bad value is the client's (Envoy copies it from a header): an
+		// OVER_LIMIT answer, which no failure mode lets through.
 		{"a tenant with a space", &rlsv3.RateLimitRequest{Domain: "gw", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("tenant=acme"), desc("tenant=a b")}},
-			codes.InvalidArgument, "descriptor 1: invalid request: tenant has byte 0x20 at offset 1"},
+			codes.OK, "descriptor 1: invalid request: tenant has byte 0x20 at offset 1"},
 		{"an endpoint with a slash", &rlsv3.RateLimitRequest{Domain: "gw", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("tenant=acme", "endpoint=/v1/read")}},
-			codes.InvalidArgument, "descriptor 0: invalid request: endpoint"},
+			codes.OK, "descriptor 0: invalid request: endpoint"},
 		{"too many units", &rlsv3.RateLimitRequest{Domain: "gw", Descriptors: []*ratelimitv3.RateLimitDescriptor{withHits(desc("tenant=acme"), 1<<40)}},
 			codes.InvalidArgument, "hits_addend 1099511627776 out of range [0, 1000000]"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := client.ShouldRateLimit(ctx, tc.req)
+		resp, err := client.ShouldRateLimit(ctx, tc.req)
 		cancel()
+		if tc.code == codes.OK {
+			var reason string
+			for _, h := range resp.GetResponseHeadersToAdd() {
+				if h.GetKey() == "X-Quota-Reason" {
+					reason = h.GetValue()
+				}
+			}
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(reason, tc.want) {
+				t.Errorf("%s: got %v, %v; want OVER_LIMIT with X-Quota-Reason containing %q", tc.name, resp, err, tc.want)
+			}
+			continue
+		}
 		if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.want) {
 			t.Errorf("%s: got %v, want %v containing %q", tc.name, err, tc.code, tc.want)
 		}

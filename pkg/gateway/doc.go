@@ -20,8 +20,10 @@
 // it is a request for no named endpoint; without an api_key entry it skips
 // the key level. Its units are its own hits_addend when set, else the
 // request's; 0 means 1. Every value goes through enforcer.ValidateRequest,
-// the validator of every surface; a problem is InvalidArgument naming the
-// descriptor. At most MaxDescriptors descriptors (else ResourceExhausted)
+// the validator of every surface; a bad value (a space in the api key, a
+// 300-byte tenant: what Envoy copied from the client) is an OVER_LIMIT
+// answer whose X-Quota-Reason names the descriptor and the problem, since
+// an error would be let through (see below). At most MaxDescriptors descriptors (else ResourceExhausted)
 // of at most MaxEntries entries (else InvalidArgument); a message larger
 // than MaxRecvMsgBytes is refused by gRPC (ResourceExhausted) unread.
 //
@@ -85,8 +87,8 @@
 // error is what Envoy's failure mode is for, and a misconfiguration that
 // Envoy's ratelimit.error statistics should show: the enforcer has no
 // policy yet or is stopping (Unavailable), a request the rate limit
-// service cannot read (InvalidArgument: wrong domain, no tenant entry, a
-// bad value), one too large (ResourceExhausted), a call that ended first
+// service cannot read (InvalidArgument: wrong domain, no tenant entry, an
+// entry twice, too many entries), one too large (ResourceExhausted), a call that ended first
 // (Canceled, DeadlineExceeded).
 //
 // # Serving

@@ -64,7 +64,10 @@ func (s *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 				return refusedRateLimit(n, re.Index, level, re.Err), nil
 			}
 			if errors.Is(re.Err, enforcer.ErrInvalidRequest) {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", re.Index, re.Err)
+				// A value Envoy copied from the client's request (a space in
+				// X-Api-Key, a 300-byte X-Tenant) is the client's doing: an
+				// error would be let through by Envoy's default failure mode.
+				return refusedRateLimit(n, re.Index, enforcer.LevelNone, fmt.Errorf("descriptor %d: %w", re.Index, re.Err)), nil
 			}
 		}
 		return nil, engineStatus(err)
@@ -148,7 +151,7 @@ func rateLimitRequest(m *policy.Descriptors, requestHits uint32, d *ratelimitv3.
 		return fmt.Errorf("hits_addend %d out of range [0, %d]", hits, enforcer.MaxUnits)
 	}
 	r.Units = int64(hits)
-	return enforcer.ValidateRequest(r)
+	return nil // the values are validated by DecideAll: see ShouldRateLimit
 }
 
 // entry finds the value of the first of keys present in entries. A key
@@ -341,10 +344,10 @@ func refusedRateLimit(n, i int, level enforcer.Level, err error) *rlsv3.RateLimi
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
-		ResponseHeadersToAdd: []*corev3.HeaderValue{
-			{Key: quotaheaders.Level, Value: string(level)},
-			{Key: quotaheaders.Reason, Value: clipReason(err.Error())},
-		},
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: quotaheaders.Reason, Value: clipReason(err.Error())}},
+	}
+	if level != enforcer.LevelNone {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: quotaheaders.Level, Value: string(level)})
 	}
 	for j := range resp.Statuses {
 		resp.Statuses[j] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_UNKNOWN}
