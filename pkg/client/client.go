@@ -219,6 +219,13 @@ func (c *Client) Decide(ctx context.Context, r enforcer.Request, header http.Hea
 	if r.Endpoint == "" {
 		return enforcer.Decision{}, fmt.Errorf("deciding for tenant %q: no endpoint: %w", r.Tenant, ErrBadRequest)
 	}
+	// The enforcer's own validator, first, with the 400 the enforcer would
+	// answer: a name the transport cannot send (a line break, a NUL) must
+	// be the caller's error, never a failure to reach the enforcer that a
+	// fail-open caller lets through.
+	if err := enforcer.ValidateRequest(&r); err != nil {
+		return enforcer.Decision{}, &StatusError{StatusCode: http.StatusBadRequest, Message: err.Error()}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.apiURL+url.PathEscape(r.Endpoint), nil)
 	if err != nil {
 		return enforcer.Decision{}, fmt.Errorf("deciding %s for tenant %q: %w", r.Endpoint, r.Tenant, err)
