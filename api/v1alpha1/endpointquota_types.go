@@ -51,11 +51,14 @@ type PathMatch struct {
 
 // EndpointMatch classifies a forwarded request (forward auth) into this endpoint.
 type EndpointMatch struct {
-	// path matches the request's path (X-Forwarded-Uri without its query).
+	// path matches the request's path (X-Forwarded-Uri without its query,
+	// made canonical). A trailing '/' on the request does not take it out
+	// of an Exact or Pattern match.
 	// +required
 	Path PathMatch `json:"path"`
 
-	// methods match the request's method (X-Forwarded-Method); any method when empty.
+	// methods match the request's method (X-Forwarded-Method); any method
+	// when empty. GET also takes HEAD, which upstreams serve as GET.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=9

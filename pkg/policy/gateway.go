@@ -140,12 +140,19 @@ func (p *Policy) ResolveEndpoint(name string) (int, bool) {
 // endpoints (see v1alpha1.EndpointQuotaSpec.Match for the order). ok is
 // false when no match takes the request.
 func (p *Policy) MatchEndpoint(method, canonicalPath string) (endpoint string, ok bool) {
+	// A trailing '/' does not take a request out of an Exact or Pattern
+	// match: most frameworks route /a/b/ as /a/b.
+	trimmed := canonicalPath
+	if len(trimmed) > 1 {
+		trimmed = strings.TrimSuffix(trimmed, "/")
+	}
 	for i := range p.matches {
 		m := &p.matches[i]
-		if len(m.methods) > 0 && !slices.Contains(m.methods, method) {
+		// HEAD is GET without a body: upstreams serve it with the GET handler.
+		if len(m.methods) > 0 && !slices.Contains(m.methods, method) && !(method == "HEAD" && slices.Contains(m.methods, "GET")) {
 			continue
 		}
-		if m.matches(canonicalPath) {
+		if m.matches(canonicalPath) || m.Type != PathPrefix && trimmed != canonicalPath && !strings.HasSuffix(m.Path, "/") && m.matches(trimmed) {
 			return p.spec.Endpoints[m.endpoint].Name, true
 		}
 	}
@@ -187,6 +194,26 @@ func (m *compiledMatch) matches(p string) bool {
 	}
 }
 
+// escapeSegment percent-encodes in a decoded path segment what cannot
+// stand in it as it is: '%', '?', '#', controls, space and non-ASCII.
+// Everything else is written as a segment that needed no decoding is, so
+// that /v1/render,pd%66 and /v1/render,pdf are one path.
+func escapeSegment(s string) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= 0x20 || c >= 0x7f || c == '%' || c == '?' || c == '#' {
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
 // compare orders matches most specific first.
 func (m *compiledMatch) compare(o *compiledMatch) int {
 	return cmp.Or(
@@ -208,10 +235,11 @@ func boolRank(b bool) int {
 // CanonicalPath turns a request URI as a gateway forwards it
 // (X-Forwarded-Uri: a path, perhaps with a query, perhaps
 // percent-encoded) into the path matches compare: the query and fragment
-// cut off, percent-encoding of characters that need none decoded (an
-// encoded '/' stays encoded: it is not a separator), empty and "."
-// segments dropped and ".." resolved, as the upstream will read it. An
-// error says what is wrong with the URI.
+// cut off, percent-encoding of characters that need none decoded, empty
+// and "." segments dropped and ".." resolved, as the upstream will read
+// it. What upstreams read differently is refused: a backslash, and an
+// encoded '/' or '\' (%2F, %5C), which some split segments at and others
+// do not. An error says what is wrong with the URI.
 func CanonicalPath(uri string) (string, error) {
 	if len(uri) > MaxPathBytes {
 		return "", fmt.Errorf("the path is longer than %d bytes", MaxPathBytes)
@@ -222,11 +250,15 @@ func CanonicalPath(uri string) (string, error) {
 		return "", fmt.Errorf("the path %q does not start with '/'", p)
 	}
 	for i := 0; i < len(p); i++ {
-		if p[i] < 0x21 || p[i] > 0x7e {
+		switch {
+		case p[i] < 0x21 || p[i] > 0x7e:
 			return "", fmt.Errorf("the path has a control, space or non-ASCII byte at %d; percent-encode it", i)
+		case p[i] == '\\':
+			return "", fmt.Errorf("the path has a backslash at %d, which some upstreams read as '/'", i)
 		}
 	}
-	// Decode, segment by segment, so that %2F stays inside its segment.
+	// Decode segment by segment, and write each as a segment without
+	// '%' is written: only what must be encoded stays encoded.
 	segments := strings.Split(p[1:], "/")
 	for i, s := range segments {
 		if !strings.Contains(s, "%") {
@@ -236,7 +268,13 @@ func CanonicalPath(uri string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("the path has a bad percent-encoding in %q", s)
 		}
-		segments[i] = url.PathEscape(d)
+		if strings.ContainsAny(d, "/\\") {
+			// Upstreams disagree on whether %2F separates segments (Go's
+			// ServeMux: no; WSGI and ASGI frameworks, nginx proxying with
+			// a URI: yes), so no reading of it is safe to classify.
+			return "", fmt.Errorf("the path encodes a '/' or '\\' (%%2F, %%5C) in %q, which upstreams read differently; send it unencoded", s)
+		}
+		segments[i] = escapeSegment(d)
 	}
 	trailing := strings.HasSuffix(p, "/") && len(p) > 1
 	clean := path.Clean("/" + strings.Join(segments, "/"))

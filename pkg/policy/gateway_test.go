@@ -31,7 +31,7 @@ func TestMatchEndpointOrder(t *testing.T) {
 		newEndpoint("export-any", "export-any", withMatch(match(v1alpha1.PathPrefix, "/v1/export"))),
 		newEndpoint("generate", "generate", withMatch(match(v1alpha1.PathPattern, "/v1/models/*/generate"))),
 		newEndpoint("health", "health", withMatch(match(v1alpha1.PathExact, "/v1/models/health/generate"))),
-		newEndpoint("models", "models", withMatch(match(v1alpha1.PathPrefix, "/v1/models/", "GET", "HEAD"))),
+		newEndpoint("models", "models", withMatch(match(v1alpha1.PathPrefix, "/v1/models/", "GET"))),
 	)
 	for _, tt := range []struct{ method, path, want string }{
 		{"POST", "/v1/export", "export"},
@@ -43,6 +43,9 @@ func TestMatchEndpointOrder(t *testing.T) {
 		{"POST", "/v1/models//generate", "v1"},           // '*' takes a non-empty segment
 		{"POST", "/v1/models/a/b/generate", "v1"},        // and exactly one
 		{"GET", "/v1/models/gpt", "models"},
+		{"HEAD", "/v1/models/gpt", "models"},              // HEAD is served as GET
+		{"POST", "/v1/models/gpt/generate/", "generate"},  // a trailing '/' does not dodge a Pattern
+		{"POST", "/v1/models/health/generate/", "health"}, // nor an Exact
 		{"GET", "/v1/models/", "models"},
 		{"GET", "/v1/models", "v1"}, // "/v1/models/" takes what is below it
 		{"GET", "/", "default"},
@@ -68,9 +71,13 @@ func TestCanonicalPath(t *testing.T) {
 		{in: "/v1//export/./", want: "/v1/export/"},
 		{in: "/v1/a/../export", want: "/v1/export"},
 		{in: "/../../v1/export", want: "/v1/export"},
-		{in: "/v1/%65xport", want: "/v1/export"},   // decoded as the upstream reads it
-		{in: "/v1/a%2Fb", want: "/v1/a%2Fb"},       // an encoded slash is not a separator
-		{in: "/v1/%2e%2e/export", want: "/export"}, // an encoded dot-dot is a dot-dot (RFC 3986 6.2.2.2)
+		{in: "/v1/%65xport", want: "/v1/export"}, // decoded as the upstream reads it
+		{in: "/v1/a%2Fb", err: "encodes a '/'"},  // upstreams disagree on whether it separates
+		{in: "/v1/a%5cb", err: "encodes a '/' or '\\'"},
+		{in: "/v1\\export", err: "backslash"},
+		{in: "/v1/render,pd%66", want: "/v1/render,pdf"}, // one spelling for what needs no encoding
+		{in: "/v1/a%20b%3F", want: "/v1/a%20b%3F"},       // what needs it stays encoded
+		{in: "/v1/%2e%2e/export", want: "/export"},       // an encoded dot-dot is a dot-dot (RFC 3986 6.2.2.2)
 		{in: "/", want: "/"},
 		{in: "v1/export", err: "does not start with '/'"},
 		{in: "/v1/%zz", err: "bad percent-encoding"},

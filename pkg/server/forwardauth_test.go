@@ -132,10 +132,10 @@ func TestClassifyForwardedRequests(t *testing.T) {
 		{"POST", "/v1/models/gpt/generate?stream=1", "generate"}, // the query is not the path
 		{"POST", "/v1/models/x/../gpt/generate", "generate"},     // as the upstream reads it
 		{"POST", "/v1/models/%67pt/generate", "generate"},
-		{"POST", "//v1/models/gpt/generate/", "models"}, // a trailing slash is another path
-		{"GET", "/v1/models/gpt/generate", "models"},    // methods narrow a match
-		{"post", "/v1/models/gpt/generate", "models"},   // and a method is case sensitive
-		{"GET", "/v1/models", "list-models"},            // exact before prefix
+		{"POST", "//v1/models/gpt/generate/", "generate"}, // a trailing slash does not dodge a Pattern
+		{"GET", "/v1/models/gpt/generate", "models"},      // methods narrow a match
+		{"post", "/v1/models/gpt/generate", "models"},     // and a method is case sensitive
+		{"GET", "/v1/models", "list-models"},              // exact before prefix
 		{"HEAD", "/v1/models?page=2", "list-models"},
 		{"POST", "/v1/models", "models"},
 		{"GET", "/v1/models-old", ""}, // prefixes go segment by segment
