@@ -36,6 +36,11 @@ import (
 // admitted group's requests as admitted, a denied group's denied requests
 // as denied, and trace the others as undone with their group.
 //
+// Two requests of a group that name one tenant must name one tier
+// (Request.Tier, which an unknown tenant takes): a tenant has one set of
+// limits at a time, and decided alone each request would move an unknown
+// tenant to its own tier. Such a group is refused (ErrInvalidRequest).
+//
 // A group of one is Decide. A larger group never waits in the queueing
 // modes (fairness wfq and drr): it gets its answer at once.
 //
@@ -74,6 +79,21 @@ func (e *Engine) DecideAllAt(now time.Time, rs []Request, ds []Decision) (allowe
 	return e.decideAll(context.Background(), now.UnixMicro(), rs, ds)
 }
 
+// oneTierPerTenant refuses a group in which two requests name one tenant
+// with two tiers: see DecideAll. Groups are small (MaxGroup), so a scan of
+// the pairs costs less than a map.
+func oneTierPerTenant(rs []Request) error {
+	for j := 1; j < len(rs); j++ {
+		for i := range j {
+			if rs[i].Tenant == rs[j].Tenant && rs[i].Tier != rs[j].Tier {
+				return &RequestError{Index: j, Err: fmt.Errorf("%w: request %d names its tenant with tier %q, request %d with tier %q; one tenant has one tier in a group",
+					ErrInvalidRequest, i, rs[i].Tier, j, rs[j].Tier)}
+			}
+		}
+	}
+	return nil
+}
+
 // decideAll decides a group at now (µs), or at the engine's clock (and in
 // central mode at Redis TIME, batched) when now is 0.
 func (e *Engine) decideAll(ctx context.Context, now int64, rs []Request, ds []Decision) (bool, error) {
@@ -83,6 +103,9 @@ func (e *Engine) decideAll(ctx context.Context, now int64, rs []Request, ds []De
 	}
 	if e.closed.Load() {
 		return false, ErrClosed
+	}
+	if err := oneTierPerTenant(rs); err != nil {
+		return false, err
 	}
 	if c := e.central; c != nil {
 		if snap := c.snap.Load(); snap != nil {
