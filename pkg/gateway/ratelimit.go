@@ -342,8 +342,8 @@ func refusalLevel(err error) (enforcer.Level, bool) {
 // X-Quota-Level and X-Quota-Reason saying why.
 func refusedRateLimit(n, i int, level enforcer.Level, err error) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+		OverallCode:          rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses:             make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
 		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: quotaheaders.Reason, Value: clipReason(err.Error())}},
 	}
 	if level != enforcer.LevelNone {
