@@ -472,8 +472,12 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 	case errors.As(err, &reply):
 		// Redis answered, with an error: a bug or bad data in this batch,
 		// not an outage. Its calls get the failure mode; the breaker does
-		// not open for the whole plane.
+		// not open for the whole plane. But a probe answered so does not
+		// show Redis back (a restarted Redis answers LOADING, say): the
+		// breaker probes again after its cooldown, instead of staying in
+		// probing, shut, for good.
 		b.stats.failures.Add(1)
+		b.breaker.probeFailed(b.e.clock())
 	case err != nil: // decided set the err of every call it could not decide
 		b.stats.failures.Add(1)
 		b.breaker.failure(b.e.clock())

@@ -202,3 +202,35 @@ func TestShareRateWithoutDemand(t *testing.T) {
 		t.Fatalf("share rate %v, want +Inf (no pacing)", r)
 	}
 }
+
+// A probe that Redis answers with an error (a restarted Redis answers
+// LOADING, say) must not leave the breaker probing: nothing moved it out of
+// that state, so the node decided by its failure mode for good, its local
+// admissions never debited from the fleet's buckets.
+func TestCentralBreakerNotStuckByErrorProbe(t *testing.T) {
+	var b breaker
+	b.init(3, time.Second)
+	now := time.Now().UnixMicro()
+	for range 3 {
+		b.failure(now)
+	}
+	now += 2 * time.Second.Microseconds()
+	if !b.allow(now) {
+		t.Fatal("after the cooldown the breaker lets no probe through")
+	}
+	b.probeFailed(now) // the probe got a Redis error reply
+	if !b.blocked(now) {
+		t.Fatal("the breaker closed on a probe that got an error")
+	}
+	now += 2 * time.Second.Microseconds()
+	if b.blocked(now) || !b.allow(now) {
+		t.Fatal("a probe answered with an error left the breaker probing: no probe goes after the next cooldown")
+	}
+	if !b.success() {
+		t.Fatal("the second probe's success is not the recovery")
+	}
+	b.recoveryDone()
+	if b.blocked(now) || b.open.Load() {
+		t.Fatal("the breaker did not close after the recovery")
+	}
+}

@@ -227,6 +227,16 @@ func (b *breaker) failure(now int64) {
 	}
 }
 
+// probeFailed reopens the breaker, for another cooldown, when its probe
+// got an answer that is not a decision.
+func (b *breaker) probeFailed(now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == breakerProbing {
+		b.state, b.openUntil = breakerOpen, now+b.cooldown
+	}
+}
+
 // waitUs is how long until the breaker lets a call through.
 func (b *breaker) waitUs(now int64) int64 {
 	b.mu.Lock()
