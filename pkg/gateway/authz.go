@@ -55,7 +55,7 @@ func (s *authorizationService) Check(ctx context.Context, req *authv3.CheckReque
 		if level, ok := refusalLevel(err); ok {
 			// Refused by the plane (as forward auth answers it): 403, no
 			// Retry-After, since retrying will not help.
-			headers := []*corev3.HeaderValueOption{header(quotaheaders.Level, string(level)), header(quotaheaders.Reason, clipReason(err.Error()))}
+			headers := []*corev3.HeaderValueOption{header(quotaheaders.Level, string(level)), header(quotaheaders.Reason, quotaheaders.Text(err.Error(), quotaheaders.MaxReasonBytes))}
 			return deniedCheck(typev3.StatusCode_Forbidden, codes.PermissionDenied, headers, errorBody(err.Error())), nil
 		}
 		if errors.Is(err, enforcer.ErrInvalidRequest) {

@@ -344,7 +344,7 @@ func refusedRateLimit(n, i int, level enforcer.Level, err error) *rlsv3.RateLimi
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode:          rlsv3.RateLimitResponse_OVER_LIMIT,
 		Statuses:             make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
-		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: quotaheaders.Reason, Value: clipReason(err.Error())}},
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: quotaheaders.Reason, Value: quotaheaders.Text(err.Error(), quotaheaders.MaxReasonBytes)}},
 	}
 	if level != enforcer.LevelNone {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: quotaheaders.Level, Value: string(level)})
@@ -379,15 +379,4 @@ func clip(s string) string {
 		return s
 	}
 	return s[:most] + "..."
-}
-
-// maxReasonBytes bounds X-Quota-Reason on a refusal, which may quote what
-// the request sent.
-const maxReasonBytes = 512
-
-func clipReason(s string) string {
-	if len(s) <= maxReasonBytes {
-		return s
-	}
-	return s[:maxReasonBytes-3] + "..."
 }

@@ -97,29 +97,6 @@ func classify(err error) (outcome, enforcer.Level) {
 	return failed, enforcer.LevelNone
 }
 
-// maxReasonBytes bounds X-Quota-Reason on a refusal: its message quotes
-// what the request sent.
-const maxReasonBytes = 512
-
-// headerText is s as a header field value: at most maxReasonBytes, every
-// byte that is not printable ASCII replaced by '?'.
-func headerText(s string) string {
-	clean := len(s) <= maxReasonBytes
-	for i := 0; clean && i < len(s); i++ {
-		clean = s[i] >= 0x20 && s[i] <= 0x7e
-	}
-	if clean {
-		return s
-	}
-	b := []byte(s[:min(len(s), maxReasonBytes)])
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			b[i] = '?'
-		}
-	}
-	return string(b)
-}
-
 // message is what an error says to the caller of a refused or invalid
 // request: a remote enforcer's own words rather than the client's wrapping.
 func message(err error) string {

@@ -81,7 +81,7 @@ func (g *callGuard) admit(ctx context.Context, fullMethod string, setHeader func
 			return status.Error(codes.InvalidArgument, message(err))
 		case refused:
 			msg := message(err)
-			md := metadata.Pairs("x-quota-reason", headerText(msg))
+			md := metadata.Pairs("x-quota-reason", quotaheaders.Text(msg, quotaheaders.MaxReasonBytes))
 			if level != enforcer.LevelNone {
 				md.Set("x-quota-level", string(level))
 			}

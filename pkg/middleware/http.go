@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/quotaheaders"
 )
 
 // HTTP returns middleware that decides each request before next sees it.
@@ -44,7 +45,7 @@ func HTTP(d Decider, identify func(*http.Request) (enforcer.Request, error), opt
 					if level != enforcer.LevelNone {
 						w.Header().Set("X-Quota-Level", string(level))
 					}
-					w.Header().Set("X-Quota-Reason", headerText(msg))
+					w.Header().Set("X-Quota-Reason", quotaheaders.Text(msg, quotaheaders.MaxReasonBytes))
 					writeError(w, http.StatusForbidden, msg)
 				default:
 					s.failure(r.Context(), err)

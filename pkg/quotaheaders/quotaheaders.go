@@ -105,6 +105,31 @@ func init() {
 	}
 }
 
+// MaxReasonBytes bounds X-Quota-Reason on a refusal, whose message may
+// quote what the request sent.
+const MaxReasonBytes = 512
+
+// Text is s as a header field value: at most max bytes, every byte that is
+// not printable ASCII replaced by '?'. Messages quote what requests sent; a
+// header field carries no control bytes, and gateways differ on what they
+// do with other bytes.
+func Text(s string, max int) string {
+	clean := len(s) <= max
+	for i := 0; clean && i < len(s); i++ {
+		clean = s[i] >= 0x20 && s[i] <= 0x7e
+	}
+	if clean {
+		return s
+	}
+	b := []byte(s[:min(len(s), max)])
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
+}
+
 // RetryAfterSeconds is the Retry-After value for a wait: whole seconds,
 // rounded up, at least 1.
 func RetryAfterSeconds(d time.Duration) int64 {

@@ -50,3 +50,21 @@ func TestSet(t *testing.T) {
 		t.Errorf("RetryAfterSeconds(1µs) = %d; want at least 1", got)
 	}
 }
+
+func TestText(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"plain", 10, "plain"},
+		{"a\r\nb", 10, "a??b"},
+		{"caf\xc3\xa9", 10, "caf??"},
+		{"0123456789abc", 10, "0123456789"},
+		{"", 10, ""},
+	} {
+		if got := quotaheaders.Text(tc.in, tc.max); got != tc.want {
+			t.Errorf("Text(%q, %d) = %q; want %q", tc.in, tc.max, got, tc.want)
+		}
+	}
+}

@@ -35,10 +35,6 @@ const (
 // at most 7 bytes.
 const maxMethodBytes = 32
 
-// maxReasonBytes bounds X-Quota-Reason on a refusal, which may quote what
-// the request sent.
-const maxReasonBytes = 512
-
 // forwardAuth returns the handler of forward auth that answers a quota
 // denial with denyStatus (429, or 403 for nginx). It decides the request a
 // gateway forwards: 200 (no body) with the RateLimit fields when it may
@@ -142,27 +138,6 @@ func writeRefusal(w http.ResponseWriter, status int, level enforcer.Level, messa
 	if level != enforcer.LevelNone {
 		w.Header().Set(HeaderLevel, string(level))
 	}
-	w.Header().Set(HeaderReason, headerText(message, maxReasonBytes))
+	w.Header().Set(HeaderReason, quotaheaders.Text(message, quotaheaders.MaxReasonBytes))
 	writeError(w, status, message)
-}
-
-// headerText is s as a header field value: at most max bytes, every byte
-// that is not printable ASCII replaced by '?'. Messages quote what requests
-// sent; a header field carries no control bytes, and gateways differ on
-// what they do with other bytes.
-func headerText(s string, max int) string {
-	clean := len(s) <= max
-	for i := 0; clean && i < len(s); i++ {
-		clean = s[i] >= 0x20 && s[i] <= 0x7e
-	}
-	if clean {
-		return s
-	}
-	b := []byte(s[:min(len(s), max)])
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			b[i] = '?'
-		}
-	}
-	return string(b)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/quotaheaders"
 )
 
 // gatewayPlane is a plane whose endpoints forward auth tells apart by
@@ -288,7 +289,7 @@ func TestForwardAuthRefusals(t *testing.T) {
 				if rec.Code != status || !strings.Contains(rec.Body.String(), tc.says) {
 					t.Errorf("status %d body %s; want %d saying %q", rec.Code, rec.Body, status, tc.says)
 				}
-				if got := rec.Header().Get(HeaderReason); !strings.Contains(got, headerText(tc.says, maxReasonBytes)) {
+				if got := rec.Header().Get(HeaderReason); !strings.Contains(got, quotaheaders.Text(tc.says, quotaheaders.MaxReasonBytes)) {
 					t.Errorf("%s %q; want it to say %q", HeaderReason, got, tc.says)
 				}
 				if got := rec.Header().Get(HeaderLevel); got != tc.level {
@@ -315,24 +316,6 @@ func TestForwardAuthRefusesDuplicates(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "once") {
 			t.Errorf("%s sent twice: %d %s; want 400 asking for it once", name, rec.Code, rec.Body)
-		}
-	}
-}
-
-func TestHeaderText(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		max  int
-		want string
-	}{
-		{"plain", 10, "plain"},
-		{"a\r\nb", 10, "a??b"},
-		{"caf\xc3\xa9", 10, "caf??"},
-		{"0123456789abc", 10, "0123456789"},
-		{"", 10, ""},
-	} {
-		if got := headerText(tc.in, tc.max); got != tc.want {
-			t.Errorf("headerText(%q, %d) = %q; want %q", tc.in, tc.max, got, tc.want)
 		}
 	}
 }
