@@ -99,9 +99,6 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, body)
 }
 
-// RetryAfterSeconds is quotaheaders.RetryAfterSeconds.
-func RetryAfterSeconds(d time.Duration) int64 { return quotaheaders.RetryAfterSeconds(d) }
-
 // parseRequest reads the decision request from the path and headers; a
 // non-empty problem says what is wrong with it.
 func parseRequest(r *http.Request) (req enforcer.Request, problem string) {

@@ -116,18 +116,6 @@ func TestBadRequestsSayWhatIsWrong(t *testing.T) {
 	}
 }
 
-func TestRetryAfterSecondsRoundsUp(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-	}{{"1us", 1}, {"999ms", 1}, {"1s", 1}, {"1.001s", 2}, {"300s", 300}} {
-		d, _ := time.ParseDuration(tc.in)
-		if got := RetryAfterSeconds(d); got != tc.want {
-			t.Errorf("RetryAfterSeconds(%s) = %d; want %d", tc.in, got, tc.want)
-		}
-	}
-}
-
 // TestRateLimitHeaders: every answer announces the limits in force, one
 // item per level, and the level that bounds it.
 func TestRateLimitHeaders(t *testing.T) {
