@@ -106,3 +106,20 @@ type RequestError struct {
 func (e *RequestError) Error() string { return fmt.Sprintf("request %d: %v", e.Index, e.Err) }
 
 func (e *RequestError) Unwrap() error { return e.Err }
+
+// RefusedAt reports whether err is a refusal by the plane, whatever the
+// request's quota — a tenant it does not name and denies, an endpoint it
+// does not name and denies, an api key that is not the tenant's — and the
+// level it names. Every surface answers one as a refusal (403, OVER_LIMIT)
+// rather than as an error a gateway's failure mode could let through.
+func RefusedAt(err error) (Level, bool) {
+	switch {
+	case errors.Is(err, ErrUnknownTenant):
+		return LevelTenant, true
+	case errors.Is(err, ErrUnknownEndpoint):
+		return LevelEndpoint, true
+	case errors.Is(err, ErrKeyNotBound):
+		return LevelKey, true
+	}
+	return LevelNone, false
+}

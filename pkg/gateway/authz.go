@@ -52,7 +52,7 @@ func (s *authorizationService) Check(ctx context.Context, req *authv3.CheckReque
 	start := time.Now()
 	d, err := e.Decide(ctx, r)
 	if err != nil {
-		if level, ok := refusalLevel(err); ok {
+		if level, ok := enforcer.RefusedAt(err); ok {
 			// Refused by the plane (as forward auth answers it): 403, no
 			// Retry-After, since retrying will not help.
 			headers := []*corev3.HeaderValueOption{header(quotaheaders.Level, string(level)), header(quotaheaders.Reason, quotaheaders.Text(err.Error(), quotaheaders.MaxReasonBytes))}

@@ -252,7 +252,7 @@ func TestRefusalLevel(t *testing.T) {
 		{errors.New("other"), enforcer.LevelNone, false},
 	} {
 		wrapped := &enforcer.RequestError{Index: 2, Err: tc.err}
-		if level, ok := refusalLevel(wrapped); level != tc.level || ok != tc.ok {
+		if level, ok := enforcer.RefusedAt(wrapped); level != tc.level || ok != tc.ok {
 			t.Errorf("%v: got %q %t, want %q %t", tc.err, level, ok, tc.level, tc.ok)
 		}
 	}

@@ -60,7 +60,7 @@ func (s *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	if err != nil {
 		var re *enforcer.RequestError
 		if errors.As(err, &re) && re.Index >= 0 && re.Index < n {
-			if level, ok := refusalLevel(re.Err); ok {
+			if level, ok := enforcer.RefusedAt(re.Err); ok {
 				return refusedRateLimit(n, re.Index, level, re.Err), nil
 			}
 			if errors.Is(re.Err, enforcer.ErrInvalidRequest) {
@@ -321,21 +321,6 @@ func fillRateLimit(rl *rlsv3.RateLimitResponse_RateLimit, level enforcer.Level, 
 }
 
 func clampUint32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
-
-// refusalLevel is the level a refusal names: errors that mean "refuse this
-// request", which must reach Envoy as OVER_LIMIT, not as an error its
-// failure mode would let through.
-func refusalLevel(err error) (enforcer.Level, bool) {
-	switch {
-	case errors.Is(err, enforcer.ErrUnknownTenant):
-		return enforcer.LevelTenant, true
-	case errors.Is(err, enforcer.ErrUnknownEndpoint):
-		return enforcer.LevelEndpoint, true
-	case errors.Is(err, enforcer.ErrKeyNotBound):
-		return enforcer.LevelKey, true
-	}
-	return enforcer.LevelNone, false
-}
 
 // refusedRateLimit answers a group of n whose descriptor i was refused:
 // OVER_LIMIT for it, UNKNOWN for the others (nothing was decided), and

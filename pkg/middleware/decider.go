@@ -64,12 +64,10 @@ type refusal struct {
 	level enforcer.Level
 }
 
-// refusals are the errors, local or remote, that mean refused. A remote
-// enforcer's refusal names its level in X-Quota-Level (StatusError.Level).
+// refusals are a remote enforcer's answers that mean refused (a local
+// engine's are enforcer.RefusedAt's). A remote refusal names its level in
+// X-Quota-Level (StatusError.Level).
 var refusals = [...]refusal{
-	{enforcer.ErrUnknownTenant, enforcer.LevelTenant},
-	{enforcer.ErrKeyNotBound, enforcer.LevelKey},
-	{enforcer.ErrUnknownEndpoint, enforcer.LevelEndpoint},
 	{client.ErrForbidden, enforcer.LevelNone},
 	{client.ErrNotFound, enforcer.LevelEndpoint},
 }
@@ -80,6 +78,9 @@ var invalids = [...]error{enforcer.ErrInvalidRequest, client.ErrBadRequest}
 // classify says what err means and, for a refusal, the level it names
 // (LevelNone when it names none).
 func classify(err error) (outcome, enforcer.Level) {
+	if level, ok := enforcer.RefusedAt(err); ok {
+		return refused, level
+	}
 	for _, r := range refusals {
 		if errors.Is(err, r.err) {
 			var answer *client.StatusError
