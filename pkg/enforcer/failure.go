@@ -222,9 +222,14 @@ func (b *breaker) failure(now int64) {
 	defer b.mu.Unlock()
 	b.failures++
 	if b.state == breakerProbing || b.failures >= b.threshold {
-		b.state, b.openUntil = breakerOpen, now+b.cooldown
-		b.open.Store(true)
+		b.reopenLocked(now)
 	}
+}
+
+// reopenLocked opens the breaker for a cooldown from now.
+func (b *breaker) reopenLocked(now int64) {
+	b.state, b.openUntil = breakerOpen, now+b.cooldown
+	b.open.Store(true)
 }
 
 // probeFailed reopens the breaker, for another cooldown, when its probe
@@ -233,7 +238,7 @@ func (b *breaker) probeFailed(now int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state == breakerProbing {
-		b.state, b.openUntil = breakerOpen, now+b.cooldown
+		b.reopenLocked(now)
 	}
 }
 
