@@ -15,8 +15,9 @@ var Publish = load("publish.lua")
 type PublishOutcome int
 
 const (
-	// PublishConflict: the caller's version was not current + 1; nothing
-	// changed and the reply's version is the current one.
+	// PublishConflict: the caller's version was not base + 1 (base: the
+	// current version or the floor, whichever is higher); nothing changed
+	// and the reply's version is base.
 	PublishConflict PublishOutcome = -1
 	// PublishUnchanged: the current version already has this content.
 	PublishUnchanged PublishOutcome = 0
@@ -41,20 +42,26 @@ func (o PublishOutcome) String() string {
 type PublishArgs struct {
 	Hash     string // content hash of the policy
 	Encoding []byte // the policy encoded as Version
-	Version  int64  // the version Encoding carries: current + 1
+	Version  int64  // the version Encoding carries: max(current, Floor) + 1
 	Keep     int    // how many versions to keep, >= 1
 	Channel  string // pub/sub channel for the notice
+	// Floor is a version the stored one must exceed even when Redis holds
+	// less (0: none): the caller's record of the last version it published.
+	Floor int64
+	// Sources, when not empty, is stored beside the version in the sources
+	// field (opaque here); an empty one drops the field on a new version.
+	Sources []byte
 }
 
 // PublishReply is the reply of one call of Publish.
 type PublishReply struct {
-	Version int64 // the stored version, or the current one (0: none)
+	Version int64 // the stored version, the current one, or on a conflict max(current, floor)
 	Outcome PublishOutcome
 }
 
 // RunPublish calls Publish on the policy hash key with a's arguments.
 func RunPublish(ctx context.Context, c redis.Scripter, key string, a PublishArgs) (PublishReply, error) {
-	vals, err := Publish.Run(ctx, c, []string{key}, a.Hash, a.Encoding, a.Keep, a.Channel, a.Version).Int64Slice()
+	vals, err := Publish.Run(ctx, c, []string{key}, a.Hash, a.Encoding, a.Keep, a.Channel, a.Version, a.Floor, a.Sources).Int64Slice()
 	if err != nil {
 		return PublishReply{}, err
 	}

@@ -4,28 +4,40 @@
 --            current  the current version number N (decimal)
 --            hash     the content hash of version N
 --            v<n>     the encoding of version n, for the last K versions
+--            sources  what the publisher compiled version N from (opaque;
+--                     the manager's objects in force), when it gave any
 -- ARGV[1]  the content hash of the policy to publish (hex SHA-256)
 -- ARGV[2]  the policy's encoding as version ARGV[5]; opaque, never parsed here
 -- ARGV[3]  K, how many versions to keep (an integer >= 1)
 -- ARGV[4]  the pub/sub channel that hears of new versions, qp:{P}:policy
--- ARGV[5]  the version ARGV[2] was encoded as: current + 1, or 1 when none
+-- ARGV[5]  the version ARGV[2] was encoded as: base + 1 (see ARGV[6])
+-- ARGV[6]  floor: a version the next one must exceed even when Redis holds
+--          less (an integer >= 0; absent or '' is 0). base = max(current,
+--          floor): after Redis lost its data, the caller's record of the
+--          last version keeps versions growing instead of restarting at 1.
+-- ARGV[7]  sources: stored in the sources field (absent or '': none)
 --
 -- Returns {version, outcome}:
---   {current, 0}   the current version's content hash is ARGV[1]: nothing
---                  changed and nothing is published (also when ARGV[5] is
---                  stale, so publishing the current content never conflicts)
+--   {current, 0}   the current version's content hash is ARGV[1] and
+--                  current >= floor: nothing is published (also when ARGV[5]
+--                  is stale, so publishing the current content never
+--                  conflicts); the sources field is set to ARGV[7] if given
 --   {N, 1}         stored: ARGV[2] is now v<N> and current is N = ARGV[5]
---   {current, -1}  conflict: ARGV[5] is not current + 1 (another publisher
---                  got there first, or the caller guessed); nothing changed.
---                  The caller encodes the policy as current + 1 and calls
---                  again; the reply carries current, so no extra read.
+--   {base, -1}     conflict: ARGV[5] is not base + 1 (another publisher got
+--                  there first, the caller guessed, or the floor is above
+--                  what it guessed); nothing changed. The caller encodes the
+--                  policy as base + 1 and calls again; the reply carries
+--                  base, so no extra read.
 --
--- Side effects, only when stored: HSET v<N>, hash and current; HDEL every
--- v<n> with n <= N - K (whatever K earlier calls used); PUBLISH N (decimal)
--- on ARGV[4].
+-- Side effects, only when stored: HSET v<N>, hash, current and sources
+-- (HDEL sources when ARGV[7] is empty: the old one described another
+-- version); HDEL every v<n> with n <= N - K (whatever K earlier calls used);
+-- PUBLISH N (decimal) on ARGV[4]. When unchanged: HSET sources if ARGV[7]
+-- is given and differs.
 --
--- Complexity: O(F + B): F fields of the hash (K + 2 when every publisher
--- keeps K) scanned once to drop old versions, B bytes of encoding stored.
+-- Complexity: O(F + B): F fields of the hash (K + 3 when every publisher
+-- keeps K) scanned once to drop old versions, B bytes of encoding and
+-- sources stored (or compared).
 --
 -- Why the caller names N. The version number lives inside the encoding (the
 -- policy's envelope carries it), but N is only known here. Rewriting the
@@ -41,6 +53,11 @@ local blob = ARGV[2]
 local keep = tonumber(ARGV[3])
 local channel = ARGV[4]
 local want = tonumber(ARGV[5])
+local floor = 0
+if ARGV[6] and ARGV[6] ~= '' then
+  floor = tonumber(ARGV[6])
+end
+local sources = ARGV[7] or ''
 
 if hash == '' then
   return redis.error_reply('ERR publish.lua: empty content hash')
@@ -50,6 +67,9 @@ if not keep or keep < 1 or keep ~= math.floor(keep) then
 end
 if not want or want < 1 or want ~= math.floor(want) then
   return redis.error_reply('ERR publish.lua: version must be an integer >= 1, got ' .. tostring(ARGV[5]))
+end
+if not floor or floor < 0 or floor ~= math.floor(floor) then
+  return redis.error_reply('ERR publish.lua: floor must be an integer >= 0, got ' .. tostring(ARGV[6]))
 end
 
 local current = 0
@@ -61,15 +81,27 @@ if raw then
   end
 end
 
-if current > 0 and redis.call('HGET', key, 'hash') == hash then
+if current > 0 and current >= floor and redis.call('HGET', key, 'hash') == hash then
+  if sources ~= '' and redis.call('HGET', key, 'sources') ~= sources then
+    redis.call('HSET', key, 'sources', sources)
+  end
   return {current, 0}
 end
-if want ~= current + 1 then
-  return {current, -1}
+local base = current
+if floor > base then
+  base = floor
+end
+if want ~= base + 1 then
+  return {base, -1}
 end
 
 local n = string.format('%d', want)
 redis.call('HSET', key, 'v' .. n, blob, 'hash', hash, 'current', n)
+if sources ~= '' then
+  redis.call('HSET', key, 'sources', sources)
+else
+  redis.call('HDEL', key, 'sources')
+end
 
 local oldest = want - keep
 for _, field in ipairs(redis.call('HKEYS', key)) do

@@ -11,6 +11,8 @@
 //	    current     the current version number N (decimal)
 //	    hash        the content hash (hex SHA-256) of version N
 //	    v<n>        policy.Encode of version n, for the last K versions
+//	    sources     what the publisher compiled version N from, if it said
+//	                (WithSources; the manager's objects in force), opaque here
 //	qp:{P}:policy   pub/sub channel; the payload is a new N (decimal)
 //
 // A version's encoding is its policy with that version number inside
@@ -21,8 +23,10 @@
 // Publish is one atomic script call (pkg/lua/publish.lua): it stores a new
 // version only when the content hash differs from the current one, so
 // republishing the same compiled plane changes nothing and wakes nobody.
-// Versions are consecutive; concurrent publishers of different content get
-// different versions and none is lost (a stale publisher retries). Old
+// Versions grow; concurrent publishers of different content get different
+// versions and none is lost (a stale publisher retries). They are
+// consecutive unless a publisher names a floor (Above): the last version it
+// knows of, which the next one exceeds even when Redis holds less. Old
 // versions beyond the last K are dropped in the same call.
 //
 // Nothing read from Redis is trusted: Current, Get and Watch decode with
@@ -41,7 +45,9 @@
 // newest it reads.
 //
 // Redis without persistence loses the hash on a restart; the next publish is
-// version 1 again. A watcher that reads a version below the one it delivered,
+// version 1 again, unless the publisher names a floor (the manager does: the
+// version its QuotaPlane's status last recorded), in which case it is the
+// floor + 1 and watchers see an ordinary new version. A watcher that reads a version below the one it delivered,
 // or the same version with other content, has seen such a reset: it reports
 // ErrReset and follows the new history (delivering its current version)
 // rather than waiting for its old version number to come back.

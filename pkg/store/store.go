@@ -34,6 +34,7 @@ const (
 const (
 	fieldCurrent = "current"
 	fieldHash    = "hash"
+	fieldSources = "sources"
 )
 
 var (
@@ -122,18 +123,51 @@ func New(c redis.UniversalClient, plane string, opts ...Option) (*Store, error) 
 // Plane is the store's plane.
 func (s *Store) Plane() string { return s.plane }
 
+// PublishOption adjusts one Publish.
+type PublishOption func(*publishOptions)
+
+type publishOptions struct {
+	floor   int64
+	sources []byte
+}
+
+// Above makes the published version exceed version even when Redis holds
+// a lower one (or none): the caller's record of the last version it
+// published, so that versions keep growing after Redis lost its data
+// instead of restarting at 1. Content Redis already holds as its current
+// version is published again, as a new version, when that version is not
+// above the floor.
+func Above(version int64) PublishOption {
+	return func(o *publishOptions) { o.floor = version }
+}
+
+// WithSources stores sources beside the version Publish leaves current, in
+// the same atomic call: what the caller compiled it from (opaque to the
+// store, never read by enforcers), for Sources to give back. A new version
+// published without sources drops the earlier ones.
+func WithSources(sources []byte) PublishOption {
+	return func(o *publishOptions) { o.sources = sources }
+}
+
 // Publish stores p's content as the plane's next version, unless the current
 // version already has that content; either way it returns the version that
 // now holds it. p must be a policy of the store's plane; its own version is
 // ignored. Only a stored version is announced on the channel.
-func (s *Store) Publish(ctx context.Context, p *policy.Policy) (version int64, changed bool, err error) {
+func (s *Store) Publish(ctx context.Context, p *policy.Policy, opts ...PublishOption) (version int64, changed bool, err error) {
 	if p == nil {
 		return 0, false, fmt.Errorf("store: plane %q: publish a nil policy", s.plane)
 	}
 	if p.ID() != s.plane {
 		return 0, false, fmt.Errorf("store: plane %q: cannot publish the policy of plane %q", s.plane, p.ID())
 	}
-	next := s.lastVersion.Load() + 1
+	var o publishOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.floor < 0 {
+		return 0, false, fmt.Errorf("store: plane %q: publish above version %d: a version floor is at least 0", s.plane, o.floor)
+	}
+	next := max(s.lastVersion.Load(), o.floor) + 1
 	for range maxPublishAttempts {
 		r, err := lua.RunPublish(ctx, s.client, s.key, lua.PublishArgs{
 			Hash:     p.Hash(),
@@ -141,20 +175,41 @@ func (s *Store) Publish(ctx context.Context, p *policy.Policy) (version int64, c
 			Version:  next,
 			Keep:     s.keep,
 			Channel:  s.key,
+			Floor:    o.floor,
+			Sources:  o.sources,
 		})
 		if err != nil {
 			return 0, false, fmt.Errorf("store: plane %q: publish version %d: %w", s.plane, next, err)
 		}
-		s.lastVersion.Store(r.Version)
 		switch r.Outcome {
 		case lua.PublishStored:
+			s.lastVersion.Store(r.Version)
 			return r.Version, true, nil
 		case lua.PublishUnchanged:
+			s.lastVersion.Store(r.Version)
 			return r.Version, false, nil
 		}
-		next = r.Version + 1 // conflict: encode as the version after the current one
+		next = r.Version + 1 // conflict: encode as the version after max(current, floor)
 	}
 	return 0, false, fmt.Errorf("store: plane %q: publish: other publishers stored a version in between %d times in a row; giving up at version %d", s.plane, maxPublishAttempts, next)
+}
+
+// Sources returns the current version and the sources its publisher stored
+// with it (WithSources), read together; sources is nil when it stored none.
+// It is ErrNoPolicy when no version is published.
+func (s *Store) Sources(ctx context.Context) (version int64, sources []byte, err error) {
+	vals, err := s.client.HMGet(ctx, s.key, fieldCurrent, fieldHash, fieldSources).Result()
+	if err != nil {
+		return 0, nil, fmt.Errorf("store: plane %q: read the current version's sources: %w", s.plane, err)
+	}
+	h, err := s.parseHead(vals)
+	if err != nil {
+		return 0, nil, err
+	}
+	if raw, ok := vals[2].(string); ok {
+		sources = []byte(raw)
+	}
+	return h.version, sources, nil
 }
 
 // Current returns the plane's current policy, decoded and checked. It is

@@ -398,6 +398,22 @@ func TestPublishScriptContract(t *testing.T) {
 	if n, err := c.HLen(ctx, key).Result(); err != nil || n != 3 {
 		t.Fatalf("after refused calls the hash has %d fields (%v), want 3", n, err)
 	}
+	// A floor above current: the next version is floor + 1, and the reply
+	// to a guess of current + 1 names the floor.
+	withFloor := func(p *policy.Policy, version, floor int64) lua.PublishArgs {
+		a := args(p.WithVersion(version), version, 5)
+		a.Floor = floor
+		return a
+	}
+	if r, err := run(withFloor(b, 2, 7)); err != nil || r != (lua.PublishReply{Version: 7, Outcome: lua.PublishConflict}) {
+		t.Fatalf("version 2 above floor 7 = %+v, %v; want a conflict at 7", r, err)
+	}
+	if r, err := run(withFloor(a, 9, 7)); err != nil || r != (lua.PublishReply{Version: 7, Outcome: lua.PublishConflict}) {
+		t.Fatalf("the current content (version 1) as 9 above floor 7 = %+v, %v; want a conflict at 7: it is published again above the floor", r, err)
+	}
+	if r, err := run(withFloor(b, 8, 7)); err != nil || r != (lua.PublishReply{Version: 8, Outcome: lua.PublishStored}) {
+		t.Fatalf("version 8 above floor 7 = %+v, %v; want stored as 8", r, err)
+	}
 	for _, tc := range []struct {
 		name string
 		args lua.PublishArgs
@@ -406,9 +422,93 @@ func TestPublishScriptContract(t *testing.T) {
 		{"keep 0", args(b.WithVersion(2), 2, 0), "versions to keep must be an integer >= 1"},
 		{"version 0", args(b, 0, 5), "version must be an integer >= 1"},
 		{"empty hash", lua.PublishArgs{Encoding: []byte("x"), Version: 2, Keep: 5, Channel: key}, "empty content hash"},
+		{"floor -1", lua.PublishArgs{Hash: b.Hash(), Encoding: b.Encode(), Version: 2, Keep: 5, Channel: key, Floor: -1}, "floor must be an integer >= 0"},
 	} {
 		if _, err := run(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// TestPublishAboveFloor: after Redis lost its data, a publisher that names
+// the last version it published (Above) continues above it instead of
+// restarting at 1, and content Redis holds at a version not above the
+// floor is published again as a new version.
+func TestPublishAboveFloor(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	a, b := samplePolicy(t, 10000), samplePolicy(t, 20000)
+	st := newStore(t, c)
+	publish(t, st, a)
+	if v, _ := publish(t, st, b); v != 2 {
+		t.Fatalf("second version = %d, want 2", v)
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil { // a restart without persistence
+		t.Fatal(err)
+	}
+	restarted := newStore(t, c) // a new process: no memory of version 2
+	if v, changed, err := restarted.Publish(ctx, b, store.Above(2)); err != nil || v != 3 || !changed {
+		t.Fatalf("Publish above 2 into an empty Redis = (%d, %t, %v), want (3, true)", v, changed, err)
+	}
+	if p, err := restarted.Current(ctx); err != nil || p.Version() != 3 || p.Hash() != b.Hash() {
+		t.Fatalf("Current = %v, %v; want version 3 of the content published", p, err)
+	}
+	// The content of version 3, with a floor above 3 (Redis restored from
+	// an old backup, say): published again, as version 6.
+	if v, changed, err := restarted.Publish(ctx, b, store.Above(5)); err != nil || v != 6 || !changed {
+		t.Fatalf("the current content above 5 = (%d, %t, %v), want (6, true)", v, changed, err)
+	}
+	// A floor at or below the current version changes nothing.
+	for _, floor := range []int64{0, 3, 6} {
+		if v, changed, err := restarted.Publish(ctx, b, store.Above(floor)); err != nil || v != 6 || changed {
+			t.Fatalf("the current content above %d = (%d, %t, %v), want (6, false)", floor, v, changed, err)
+		}
+	}
+	// Without a floor, a store that lost its data starts again at 1 (what
+	// enforcers detect as a reset).
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := publish(t, newStore(t, c), a); v != 1 {
+		t.Fatalf("Publish without a floor into an empty Redis = %d, want 1", v)
+	}
+	if _, _, err := restarted.Publish(ctx, a, store.Above(-1)); err == nil || !strings.Contains(err.Error(), "at least 0") {
+		t.Fatalf("Publish above -1 = %v, want an error", err)
+	}
+}
+
+// TestPublishSources: sources stored with a version come back with it, are
+// replaced when the same content is published with others, and dropped by a
+// new version published without them.
+func TestPublishSources(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	a, b := samplePolicy(t, 10000), samplePolicy(t, 20000)
+	st := newStore(t, c)
+	if _, _, err := st.Sources(ctx); !errors.Is(err, store.ErrNoPolicy) {
+		t.Fatalf("Sources of an empty store = %v, want ErrNoPolicy", err)
+	}
+	if _, _, err := st.Publish(ctx, a, store.WithSources([]byte("first"))); err != nil {
+		t.Fatal(err)
+	}
+	check := func(wantVersion int64, want string) {
+		t.Helper()
+		v, got, err := st.Sources(ctx)
+		if err != nil || v != wantVersion || string(got) != want || (want == "" && got != nil) {
+			t.Fatalf("Sources = (%d, %q, %v), want (%d, %q)", v, got, err, wantVersion, want)
+		}
+	}
+	check(1, "first")
+	if v, changed, err := st.Publish(ctx, a, store.WithSources([]byte("second"))); err != nil || v != 1 || changed {
+		t.Fatalf("the same content with other sources = (%d, %t, %v), want (1, false)", v, changed, err)
+	}
+	check(1, "second")
+	if _, _, err := st.Publish(ctx, a); err != nil { // unchanged, no sources: kept
+		t.Fatal(err)
+	}
+	check(1, "second")
+	publish(t, st, b)
+	check(2, "")
 }
