@@ -148,7 +148,11 @@
 //     and a whale tenant over several shards (shards.go).
 //   - local-reconciled: decisions are local at this node's share of every
 //     limit, sized by demand and reconciled with the fleet's bucket in Redis
-//     every reconcileInterval (reconcile.go).
+//     every reconcileInterval: the global level by the node's share of the
+//     plane (reconcile.go), each tenant, endpoint and key limit by the
+//     node's part of that limit, which follows where its demand arrives
+//     (reconcile_levels.go), so that a tenant pinned to one node gets its
+//     whole limit there.
 //
 // In the distributed modes the engine's own state holds this node's share of
 // the policy (policy.Share); Policy returns the policy itself.

@@ -349,7 +349,7 @@ func (e *Engine) localPolicy(p *policy.Policy) (*policy.Policy, error) {
 	case e.central == nil || mode == "local":
 		return p, nil
 	case mode == "local-reconciled":
-		return p.Share(e.reconciler.fraction())
+		return p.SharePlane(e.reconciler.fraction())
 	}
 	return p.Share(1 / float64(e.central.fleet.nodes.Load()))
 }
@@ -367,6 +367,9 @@ func (e *Engine) checkBackend(p *policy.Policy) error {
 // installLocalLocked makes p the snapshot the engine's own state enforces.
 func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 	s := newSnapshot(p)
+	if e.reconciler != nil && p.Spec().Mode == "local-reconciled" {
+		s.reconciled, s.part = true, 1/float64(max(e.central.fleet.nodes.Load(), 1))
+	}
 	old := e.snap.Load()
 	if old != nil {
 		s.seq, s.installedAt = old.seq+1, now
@@ -560,8 +563,13 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		epLim       *limiter
 		key         *keyState
 	)
+	counted := int64(0) // the cost a level's demand counts: arrivals only
+	if mode == arrival {
+		counted = cost
+	}
 	if l := &ts.limit; l.active() {
 		l.settle(now)
+		l.offered += counted
 		if !l.canCover(cost) {
 			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.lim)
 			if ts.mayBorrow && !l.never(cost) {
@@ -579,6 +587,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if l := &ts.endpoints[ep]; l.active() {
 			epLim = l
 			l.settle(now)
+			l.offered += counted
 			if !l.canCover(cost) {
 				lower, lowerLim, lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.lim)
 			}
@@ -589,6 +598,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			key.lastSeen = now
 			l := &key.limit
 			l.settle(now)
+			l.offered += counted
 			if !l.canCover(cost) {
 				lower, lowerLim, lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.lim)
 			}

@@ -157,6 +157,7 @@ type groupTenant struct {
 type undoEntry struct {
 	lim   *limiter
 	level int64
+	used  int64
 	share *shareBucket
 	fill  float64
 }
@@ -168,7 +169,7 @@ var groupPool = sync.Pool{New: func() any {
 // take debits cost from l, noting it when g is a group; g may be nil.
 func (g *group) take(l *limiter, cost, now int64) {
 	if g != nil {
-		g.undo = append(g.undo, undoEntry{lim: l, level: l.level})
+		g.undo = append(g.undo, undoEntry{lim: l, level: l.level, used: l.used})
 	}
 	l.take(cost, now)
 }
@@ -192,8 +193,9 @@ func (g *group) undoLocked() {
 			u.share.level = u.fill
 		case u.lim.window != nil:
 			u.lim.window.removeNewest()
+			u.lim.used = u.used
 		default:
-			u.lim.level = u.level
+			u.lim.level, u.lim.used = u.level, u.used
 		}
 	}
 }

@@ -29,6 +29,21 @@ type limiter struct {
 	last     int64 // µs of the last refill
 
 	perPeriodUs float64 // 1 / periodUs, for remaining
+
+	// part is the part of lim this node enforces (local-reconciled: its
+	// share of the fleet's limit; reconcile.go), in (0, 1]; 0 is all of
+	// it. floor is the least capacity a part keeps: the plane's costliest
+	// request, so that a share never denies for good what the whole
+	// admits. reset and change keep both.
+	part  float64
+	floor int64
+	// fleet says the reconcile loop sized part from the fleet's demand;
+	// otherwise it is the snapshot's even share.
+	fleet bool
+	// used is the cost taken since the reconcile loop last read it, and
+	// offered the cost of the requests that met this level (arrivals
+	// only): what a node pushes to the fleet's bucket and its demand.
+	used, offered int64
 }
 
 func (l *limiter) active() bool { return l.lim != nil }
@@ -36,9 +51,10 @@ func (l *limiter) active() bool { return l.lim != nil }
 // capacity is the bucket size in token·µs.
 func (l *limiter) capacity() int64 { return l.burst * l.periodUs }
 
-// reset puts l in force for lim with a full bucket (or an empty window).
+// reset puts l in force for lim (its part) with a full bucket (or an empty
+// window); its part and counters carry over.
 func (l *limiter) reset(lim *policy.Limit, now int64) {
-	*l = limiter{lim: lim}
+	*l = limiter{lim: lim, part: l.part, floor: l.floor, fleet: l.fleet, used: l.used, offered: l.offered}
 	if lim == nil {
 		return
 	}
@@ -46,6 +62,19 @@ func (l *limiter) reset(lim *policy.Limit, now int64) {
 	l.perPeriodUs = 1 / float64(l.periodUs)
 	l.rate = lim.Rate
 	l.burst = lim.Burst
+	if l.part > 0 && l.part < 1 {
+		s := lim.Share(l.part, l.floor)
+		l.rate, l.burst = s.Rate, s.Burst
+		if lim.Algorithm != policy.SlidingWindow && lim.Rate > 0 && l.burst*l.periodUs <= policy.MaxScaledLevel/partPrecision {
+			// The rate to a thousandth of a token per period rather than
+			// a whole token (a tenth of 10/s would be 1/s, where it is
+			// 1.000/s, and a third of it 3/s, where it is 3.333/s): the
+			// same bucket over partPrecision periods.
+			l.periodUs *= partPrecision
+			l.perPeriodUs = 1 / float64(l.periodUs)
+			l.rate = max(1, int64(math.Round(float64(lim.Rate)*l.part*partPrecision)))
+		}
+	}
 	l.fillUs = math.MaxInt64
 	if l.rate > 0 {
 		l.fillUs = (l.capacity() + l.rate - 1) / l.rate
@@ -69,6 +98,45 @@ func (l *limiter) change(lim *policy.Limit, now int64) {
 		l.lim = lim
 		return
 	}
+	l.rebuild(lim, now)
+}
+
+// setPart makes the limiter enforce part of its limit (in (0, 1], 0 for
+// all of it), not below floor tokens, keeping its state as change does.
+func (l *limiter) setPart(part float64, floor, now int64) {
+	if part >= 1 {
+		part = 0
+	}
+	if part == l.part && floor == l.floor {
+		return
+	}
+	l.part, l.floor = part, floor
+	if l.lim != nil {
+		l.rebuild(l.lim, now)
+	}
+}
+
+// partPrecision is how finely a part's rate is kept: in thousandths of a
+// token per period (limiter.reset).
+const partPrecision = 1000
+
+// fit sizes a tenant's limiter for snap: the part the reconcile loop gave
+// it, in mode local-reconciled, else the snapshot's.
+func (l *limiter) fit(snap *snapshot, now int64) {
+	part := snap.part
+	switch {
+	case !snap.reconciled:
+		l.fleet = false
+	case l.fleet:
+		part = l.part
+	}
+	l.setPart(part, snap.maxCost, now)
+}
+
+// rebuild puts lim in force at the limiter's part, keeping its state: a
+// window its entries, a bucket its tokens settled up to now and capped by
+// the new burst.
+func (l *limiter) rebuild(lim *policy.Limit, now int64) {
 	if l.window != nil {
 		w := l.window
 		l.reset(lim, now)
@@ -82,7 +150,7 @@ func (l *limiter) change(lim *policy.Limit, now int64) {
 	// The tokens, level/oldPeriod, carry over capped by the new burst. Only
 	// below the cap is level×newPeriod/oldPeriod computed: it is then below
 	// the new capacity (≤ 2^53), so the 128-bit quotient cannot overflow.
-	if hi, lo := bits.Mul64(uint64(lim.Burst), uint64(oldPeriod)); hi == 0 && uint64(level) >= lo {
+	if hi, lo := bits.Mul64(uint64(l.burst), uint64(oldPeriod)); hi == 0 && uint64(level) >= lo {
 		return // level is at capacity after reset
 	}
 	hi, lo := bits.Mul64(uint64(level), uint64(l.periodUs))
@@ -116,6 +184,7 @@ func (l *limiter) canCover(cost int64) bool {
 
 // take debits cost; the caller has checked canCover.
 func (l *limiter) take(cost int64, now int64) {
+	l.used += cost
 	if l.window != nil {
 		l.window.add(now, cost, l.rate)
 		return

@@ -57,9 +57,11 @@ import (
 // fleet-wide demand, and each tenant paced here at the part of its fair
 // share that its demand here is of its fleet demand (fleetView).
 //
-// Lower levels (tenant, endpoint, key) are enforced at each node's share,
-// which is exact when a tenant's requests spread over the nodes as the
-// fleet's do (a balancer's round robin); they are not reconciled.
+// Lower levels (tenant, endpoint, key) are reconciled per bucket, each
+// node's part of a tenant's limits following where the tenant's demand is
+// (reconcile_levels.go), so that any routing, round robin, pinned by tenant
+// or key, or skewed, gets each limit within a few percent
+// (TestReconciledLevelsFollowRouting).
 //
 // When Redis is unreachable the node keeps its share (bounded local
 // enforcement) and pushes what it admitted when Redis is back.
@@ -86,6 +88,13 @@ type reconciler struct {
 	// theirs.
 	unfair  float64
 	scratch []*tenantState
+	// unconfirmed says the last push got no reply: it goes again as it
+	// was (pending and pendingBuckets), and what was admitted since waits
+	// for the next.
+	unconfirmed    bool
+	pendingBuckets []levelBucket
+	buckets        []levelBucket           // reused by collectBuckets
+	demands        map[string]float64 // this node's demand per bucket it pushes, tokens/s
 
 	fleet atomic.Pointer[fleetDemand]
 	stats reconcileStats
@@ -123,7 +132,7 @@ const (
 )
 
 func newReconciler(e *Engine) *reconciler {
-	r := &reconciler{e: e, seq: time.Now().UnixMicro()}
+	r := &reconciler{e: e, seq: time.Now().UnixMicro(), demands: map[string]float64{}}
 	r.share.Store(math.Float64bits(1))
 	return r
 }
@@ -143,6 +152,16 @@ func (r *reconciler) reset() {
 	r.pushed, r.admitted, r.offered = pl.admitted, pl.admitted, pl.offered
 	pl.mu.Unlock()
 	r.pending, r.lastRun, r.demand, r.unfair = 0, 0, 0, 0
+	r.unconfirmed, r.pendingBuckets = false, nil
+	clear(r.demands)
+	// What the limiters counted in another mode is not this mode's to push.
+	r.scratch = r.e.tenants.appendAll(r.scratch[:0])
+	for _, ts := range r.scratch {
+		ts.mu.Lock()
+		ts.forEachLimiterLocked(func(l *limiter) { l.used, l.offered = 0, 0 })
+		ts.mu.Unlock()
+	}
+	clear(r.scratch)
 }
 
 func (r *reconciler) fraction() float64 { return math.Float64frombits(r.share.Load()) }
@@ -184,6 +203,7 @@ func (r *reconciler) reconcile() {
 	admitted, offered := pl.admitted, pl.offered
 	pl.mu.Unlock()
 	var admitRate int64
+	prev := r.lastRun
 	demand := int64(-1) // not measured yet
 	if r.lastRun > 0 && now > r.lastRun {
 		admitRate = (admitted - r.admitted) * 1_000_000 / (now - r.lastRun)
@@ -194,11 +214,17 @@ func (r *reconciler) reconcile() {
 		demand = int64(max(r.demand-r.unfair, 0))
 	}
 	r.admitted, r.offered, r.lastRun = admitted, offered, now
-	if r.pending == 0 && admitted > r.pushed {
+	snap := e.snap.Load()
+	if !r.unconfirmed {
 		// A new push; an unconfirmed one goes again as it was, and what
 		// was admitted since waits for the next.
 		r.seq++
 		r.pending, r.pushed = admitted-r.pushed, admitted
+		seconds := spec.ReconcileInterval.Seconds()
+		if prev > 0 && now > prev {
+			seconds = float64(now-prev) / 1e6
+		}
+		r.pendingBuckets = r.collectBuckets(snap, seconds)
 	}
 
 	interval := spec.ReconcileInterval
@@ -207,22 +233,27 @@ func (r *reconciler) reconcile() {
 	g := spec.Global
 	args := []any{e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
 		interval.Microseconds()}
+	keys, records := bucketArgs(r.pendingBuckets, []string{prefix + "g", prefix + "nodes", prefix + "rc", prefix + "td:" + e.nodeID})
+	args = append(args, records)
 	busiest := r.busiest()
 	for _, b := range busiest {
 		args = append(args, b.ts.name, int64(b.demand), b.weight)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
 	start := time.Now()
-	reply, err := lua.Reconcile.Run(ctx, e.redis, []string{prefix + "g", prefix + "nodes", prefix + "rc", prefix + "td:" + e.nodeID},
-		args...).Slice()
+	reply, err := lua.Reconcile.Run(ctx, e.redis, keys, args...).Slice()
 	cancel()
 	e.observeRedis(time.Since(start))
 	r.stats.runs.Add(1)
-	if err != nil || len(reply) != 5 {
+	if err != nil || len(reply) != 6 {
 		r.stats.failures.Add(1)
+		r.unconfirmed = true
 		return // keep the local state; the push goes again next time
 	}
+	r.unconfirmed = false
 	r.pending = 0
+	pushed := r.pendingBuckets
+	r.pendingBuckets = nil
 	level, _ := reply[0].(int64)
 	fleetTotal, _ := reply[1].(int64)
 	nodes, _ := reply[2].(int64)
@@ -246,7 +277,12 @@ func (r *reconciler) reconcile() {
 	}
 	r.fleet.Store(&fleetDemand{byTenant: byTenant, at: now})
 	r.stats.fleetLevel.Store(level)
-	e.central.fleet.nodes.Store(nodes)
+	levels, _ := reply[5].([]any)
+	if old := e.central.fleet.nodes.Swap(nodes); old != nodes {
+		e.reshare() // the even part of every limiter is 1/nodes
+		snap = e.snap.Load()
+	}
+	r.applyBuckets(snap, pushed, levels, nodes, now)
 	even := 1 / float64(nodes)
 	share := even
 	if fleetTotal > 0 && demand >= 0 {

@@ -57,7 +57,13 @@ type snapshot struct {
 	// bound: the plane binds api keys to tenants (policy.KeyBindingBound).
 	bound   bool
 	maxCost int64 // the largest endpoint cost, at least 1
-	minCost int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
+	// part is the part of each tenant, endpoint and key limit a limiter
+	// enforces until the reconcile loop sizes its own (1 but in mode
+	// local-reconciled: an even share among the live nodes); reconciled
+	// says the loop sizes them (limiter.fit).
+	part       float64
+	reconciled bool
+	minCost    int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
 
 	global        *policy.Limit
 	globalPerSec  float64       // the global limit's refill rate in tokens per second
@@ -136,6 +142,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		denyEndpoint:  spec.UnknownEndpoints == "deny",
 		bound:         p.KeyBinding() == policy.KeyBindingBound,
 		maxCost:       1,
+		part:          1,
 		global:        &spec.Global,
 		tierRank:      make(map[string]int, len(spec.Tiers)),
 		reasons:       map[reasonKey]string{},

@@ -138,6 +138,7 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 	ts.tierRank = snap.tierRank[t.Tier]
 	ts.mayBorrow = p.MayBorrow(&t)
 	ts.limit.change(t.Limit, now)
+	ts.limit.fit(snap, now)
 	ts.allowance.change(snap.borrowCeiling, now)
 
 	var inline [inlineEndpoints]limiter
@@ -155,6 +156,7 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 		} else {
 			endpoints[i].reset(lim, now)
 		}
+		endpoints[i].fit(snap, now)
 	}
 	if len(endpoints) <= inlineEndpoints {
 		// Written only now: the loop above read the old limiters, which
@@ -173,8 +175,21 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 			continue
 		}
 		ks.limit.change(lim, now)
+		ks.limit.fit(snap, now)
 	}
 	ts.snap = snap
+}
+
+// forEachLimiterLocked calls f with each of the tenant's limiters of its
+// own levels: tenant, endpoints, keys.
+func (ts *tenantState) forEachLimiterLocked(f func(*limiter)) {
+	f(&ts.limit)
+	for i := range ts.endpoints {
+		f(&ts.endpoints[i])
+	}
+	for _, ks := range ts.keys {
+		f(&ks.limit)
+	}
 }
 
 // deleteKeyLocked forgets an api key's state.
@@ -263,6 +278,7 @@ func (ts *tenantState) keyLookupLocked(key string, snap *snapshot, keys *keyBudg
 	}
 	ks := &keyState{}
 	ks.limit.reset(lim, now)
+	ks.limit.fit(snap, now)
 	ts.keys[key] = ks
 	keys.count.Add(1)
 	return ks

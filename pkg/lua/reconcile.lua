@@ -24,12 +24,23 @@
 --          node has measured it)
 -- ARGV[6]  ttl in ms: the node is live until now + ttl
 -- ARGV[7..9]  the global limit: rate, burst, period µs
--- ARGV[11..] triples of tenant name, the node's demand for it (tokens/s)
---          and its fairness weight: the node's busiest tenants
 -- ARGV[10] the reconcile interval, µs. The bucket may hold one interval's
 --          refill above its burst: pushes come up to an interval after the
 --          admissions they count, and capped at the burst the refill that
 --          paid for them would be lost.
+-- ARGV[11] the node's lower-level buckets (tenant, endpoint and api key
+--          limits): #KEYS-4 records of 6 little-endian int64, algorithm
+--          (1 token bucket, 2 sliding window), rate, burst, period µs, the
+--          tokens the node admitted at the level since its last push, and
+--          its demand on the level (thousandths of a token per second),
+--          for KEYS[5..]
+-- ARGV[12..] triples of tenant name, the node's demand for it (tokens/s)
+--          and its fairness weight: the node's busiest tenants
+-- KEYS[5..] the lower-level buckets of ARGV[11], named as decide.lua names
+--          them (a mode change keeps their state); each has a demand
+--          record beside it, its name and ":n" (same slot, not declared):
+--          a hash, node → "<demand>:<ms of the report>"; the fleet's
+--          demand is the sum of the reports younger than the ttl
 --
 -- Returns {the global level as of now in token·µs: the bucket after this
 -- push, less what the other live nodes admitted since their last pushes
@@ -39,14 +50,16 @@
 -- each tenant of ARGV[11..], in order, the live nodes' total demand; the
 -- water level of the fleet's weighted max-min share of the global rate
 -- among every tenant the live nodes pushed (tokens/s per unit of weight,
--- as a decimal string; "-1" when their demand fits)}.
+-- as a decimal string; "-1" when their demand fits); for each bucket of
+-- KEYS[5..], in order, its level as of now in token·µs (0 for a window)
+-- and the fleet's demand on it in thousandths of a token per second}.
 --
 -- Side effects: debits the global bucket (down to minus its burst),
 -- records the node's push, rate, demand and liveness, forgets nodes whose
 -- liveness expired, and sets expiries on everything it writes.
 --
--- Complexity: O(T log T + expired nodes), T the tenants all live nodes
--- pushed (at most 128 each).
+-- Complexity: O(T log T + B + expired nodes), T the tenants all live nodes
+-- pushed (at most 128 each), B the buckets of this push.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -81,7 +94,8 @@ if now > last then
 end
 
 local applied = tonumber(redis.call('HGET', KEYS[3], 's:' .. node) or '0')
-if seq > applied then
+local fresh = seq > applied
+if fresh then
   level = math.max(level - tokens * per, -cap)
   redis.call('HSET', KEYS[3], 's:' .. node, seq)
 end
@@ -114,7 +128,7 @@ if known > 0 then fleet = fleet * #live / known end
 -- Tenant demands: this node's replace its last ("demand:weight"), then
 -- the fleet's, summed over the live nodes.
 local names, fields = {}, {}
-for i = 11, #ARGV, 3 do
+for i = 12, #ARGV, 3 do
   names[#names + 1] = ARGV[i]
   fields[#fields + 1], fields[#fields + 2] = ARGV[i], ARGV[i + 1] .. ':' .. ARGV[i + 2]
 end
@@ -157,5 +171,53 @@ if wanted > capacity and weight > 0 then
   end
   water = string.format('%.9g', left / weight)
 end
+-- The lower-level buckets: each as the global one (a push debits it once),
+-- and its demand record.
+local interval = tonumber(ARGV[10])
+local levels = {}
+for i = 5, #KEYS do
+  local alg, brate, bburst, bper, btokens, bdemand = struct.unpack('<i8i8i8i8i8i8', ARGV[11], 48 * (i - 5) + 1)
+  local key = KEYS[i]
+  local blevel = 0
+  if alg == 1 then
+    local bcap = bburst * bper
+    local bceil = bcap + brate * interval
+    local l, at = bcap, now
+    local bv = redis.call('GET', key)
+    if bv and #bv == 32 then
+      local vl, vat, vp = struct.unpack('<i8i8i8i8', bv)
+      if vp ~= bper then
+        if vl >= bburst * vp then vl = bcap else vl = math.floor(vl * bper / vp) end
+      end
+      l, at = math.min(vl, bceil), vat
+    end
+    if now > at then
+      if brate > 0 then l = math.min(l + (now - at) * brate, bceil) end
+      at = now
+    end
+    if fresh then l = math.max(l - btokens * bper, -bcap) end
+    local bms = 7 * 24 * 3600 * 1000
+    if brate > 0 then bms = math.ceil((bceil - l) / brate / 1000) + 1000 end
+    redis.call('SET', key, struct.pack('<i8i8i8i8', l, at, bper, brate), 'PX', string.format('%d', bms))
+    blevel = l
+  end
+  -- the demand record: this node's rate replaces its last; the fleet's
+  -- is the sum over the nodes that reported within the liveness ttl
+  local dkey = key .. ':n'
+  redis.call('HSET', dkey, node, bdemand .. ':' .. now_ms)
+  redis.call('PEXPIRE', dkey, ttl)
+  local all, d = redis.call('HGETALL', dkey), 0
+  for j = 1, #all, 2 do
+    local r, at = string.match(all[j + 1], '^(%d+):(%d+)$')
+    if r and tonumber(at) + ttl > now_ms then
+      d = d + tonumber(r)
+    else
+      redis.call('HDEL', dkey, all[j])
+    end
+  end
+  levels[#levels + 1] = blevel
+  levels[#levels + 1] = d
+end
+
 redis.call('PEXPIRE', KEYS[3], math.max(ttl, 600000))
-return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals, water}
+return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals, water, levels}

@@ -67,13 +67,7 @@ func (p *Policy) Share(fraction float64) (*Policy, error) {
 		}
 	}
 	if bp := spec.BurstPool; bp != nil {
-		c := *bp
-		if c.RefillRate > 0 {
-			c.RefillRate = max(1, int64(math.Round(float64(c.RefillRate)*fraction)))
-		}
-		c.Size = shareCapacity(c.Size, fraction, maxCost)
-		c.PerTenantCeiling = min(shareCapacity(c.PerTenantCeiling, fraction, maxCost), c.Size)
-		spec.BurstPool = &c
+		spec.BurstPool = shareBurstPool(*bp, fraction, maxCost)
 	}
 	shared, err := newPolicy(spec)
 	if err != nil {
@@ -81,6 +75,41 @@ func (p *Policy) Share(fraction float64) (*Policy, error) {
 	}
 	shared.version = p.version
 	return shared, nil
+}
+
+// SharePlane is Share for the plane-wide limits only: the global limit and
+// the burst pool (its size, refill and per-tenant ceiling) scaled by
+// fraction, every tenant, endpoint and key limit whole. Local-reconciled
+// mode enforces it, each tenant's limits at the node's part of them, which
+// follows where the tenant's demand is (pkg/enforcer).
+func (p *Policy) SharePlane(fraction float64) (*Policy, error) {
+	if !(fraction > 0 && fraction <= 1) {
+		return nil, fmt.Errorf("share of plane %s: fraction %v is not in (0, 1]", p.Plane(), fraction)
+	}
+	if fraction == 1 {
+		return p, nil
+	}
+	spec := p.spec
+	maxCost := p.MaxCost()
+	spec.Global = spec.Global.Share(fraction, maxCost)
+	if bp := spec.BurstPool; bp != nil {
+		spec.BurstPool = shareBurstPool(*bp, fraction, maxCost)
+	}
+	shared, err := newPolicy(spec)
+	if err != nil {
+		return nil, fmt.Errorf("share %v of plane %s: %w", fraction, p.Plane(), err)
+	}
+	shared.version = p.version
+	return shared, nil
+}
+
+func shareBurstPool(c BurstPool, fraction float64, maxCost int64) *BurstPool {
+	if c.RefillRate > 0 {
+		c.RefillRate = max(1, int64(math.Round(float64(c.RefillRate)*fraction)))
+	}
+	c.Size = shareCapacity(c.Size, fraction, maxCost)
+	c.PerTenantCeiling = min(shareCapacity(c.PerTenantCeiling, fraction, maxCost), c.Size)
+	return &c
 }
 
 // MaxCost is the cost of the costliest endpoint, at least 1 (the cost of an

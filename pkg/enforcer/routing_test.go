@@ -1,0 +1,143 @@
+package enforcer
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
+)
+
+// A routing sends arrival k of tenant i to one of n nodes.
+type routing struct {
+	name  string
+	route func(i, k, n int) int
+}
+
+var routings = []routing{
+	{"round-robin", func(i, k, n int) int { return (i + k) % n }},
+	{"pinned", func(i, k, n int) int { return i % n }},
+	// 90% to the tenant's node, 10% to the next.
+	{"skewed", func(i, k, n int) int {
+		if k%10 == 9 {
+			return (i + 1) % n
+		}
+		return i % n
+	}},
+}
+
+// levelPlane is a local-reconciled plane whose only binding limit, at
+// rate/s with a burst of one second, is at level: the tenant's, its
+// endpoint's or its api key's; the global limit is far above the load.
+func levelPlane(t testing.TB, plane string, level Level, rate int, interval time.Duration) *policy.Policy {
+	lim := sprintf("{rate: %d, burst: %d}", rate, rate)
+	tier := "{name: t, weight: 1}"
+	endpoint := "spec: {endpoint: x, cost: 1}"
+	switch level {
+	case LevelTenant:
+		tier = "{name: t, weight: 1, tenant: " + lim + "}"
+	case LevelKey:
+		tier = "{name: t, weight: 1, key: " + lim + "}"
+	case LevelEndpoint:
+		endpoint = "spec: {endpoint: x, cost: 1, limit: " + lim + "}"
+	}
+	doc := withMode(planeHeader, "local-reconciled", "reconcileInterval: "+interval.String())
+	doc = sprintf("%s  global: {rate: 1000000, burst: 1000000}\n  fairness: none\n  tiers: [%s]\n", doc, tier)
+	doc += "---\napiVersion: quotaplane.io/v1alpha1\nkind: EndpointQuota\nmetadata: {name: x}\n" + endpoint + "\n"
+	return compileYAML(t, strings.ReplaceAll(doc, "name: test}", "name: "+plane+"}"))
+}
+
+// routedAdmission offers each of tenants tenants perTenant requests a
+// second for warm+d through nodes, routed by route, and returns each
+// tenant's admitted rate after the warm-up.
+func routedAdmission(t testing.TB, nodes []*Engine, tenants, perTenant int, route func(i, k, n int) int, warm, d time.Duration) []float64 {
+	admitted := make([]int64, tenants)
+	var wg sync.WaitGroup
+	start := time.Now()
+	steady := start.Add(warm)
+	for i := range tenants {
+		wg.Go(func() {
+			ticker := time.NewTicker(2 * time.Millisecond)
+			defer ticker.Stop()
+			for k := 0; ; <-ticker.C {
+				elapsed := time.Since(start)
+				if elapsed >= warm+d {
+					return
+				}
+				for due := int(elapsed.Seconds() * float64(perTenant)); k < due; k++ {
+					e := nodes[route(i, k, len(nodes))]
+					dec, err := e.Decide(context.Background(), Request{Tenant: sprintf("t%d", i), Endpoint: "x", APIKey: sprintf("key-%d", i)})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if dec.Allow && time.Now().After(steady) {
+						admitted[i]++
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rates := make([]float64, tenants)
+	for i, a := range admitted {
+		rates[i] = float64(a) / d.Seconds()
+	}
+	return rates
+}
+
+// TestReconciledLevelsFollowRouting: four local-reconciled nodes, 16
+// tenants each offered twice their limit, routed round-robin, pinned to one
+// node each (a balancer hashing by tenant), or 90/10 over two nodes; at
+// each of the tenant, endpoint and key levels every tenant is admitted its
+// limit within 5% in total over the fleet, at a 200ms reconcile interval.
+// Before every level was reconciled, a pinned tenant got a quarter of its
+// limit.
+func TestReconciledLevelsFollowRouting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of real time")
+	}
+	srv := redistest.Start(t)
+	const rate, tenants, nodes = 50, 16, 4
+	const interval = 200 * time.Millisecond
+	levels := []Level{LevelTenant, LevelEndpoint, LevelKey}
+	type cell struct {
+		level Level
+		route routing
+	}
+	var cells []cell
+	for _, l := range levels {
+		for _, r := range routings {
+			cells = append(cells, cell{l, r})
+		}
+	}
+	results := make([][]float64, len(cells))
+	var wg sync.WaitGroup
+	for c, cl := range cells { // the cells run at once, each its own plane
+		wg.Go(func() {
+			p := levelPlane(t, sprintf("routing-%d", c), cl.level, rate, interval)
+			var fleet []*Engine
+			for n := range nodes {
+				fleet = append(fleet, newEngine(t, p, WithRedis(srv.Client()), WithNodeID(sprintf("c%d-n%d", c, n))))
+			}
+			results[c] = routedAdmission(t, fleet, tenants, 2*rate, cl.route.route, 1500*time.Millisecond, 3*time.Second)
+		})
+	}
+	wg.Wait()
+	for c, cl := range cells {
+		var sum, worst float64
+		for _, r := range results[c] {
+			sum += r
+			worst = max(worst, math.Abs(r/rate-1))
+		}
+		mean := sum / tenants
+		t.Logf("%-8s %-11s admitted %.1f/s per tenant (limit %d/s): %+.1f%%, worst tenant %.1f%% off", cl.level, cl.route.name, mean, rate, 100*(mean/rate-1), 100*worst)
+		if math.Abs(mean/rate-1) > 0.05 {
+			t.Errorf("%s level, %s routing: tenants admitted %.1f/s on average, not within 5%% of their limit %d/s", cl.level, cl.route.name, mean, rate)
+		}
+	}
+}
