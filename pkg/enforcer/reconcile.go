@@ -93,7 +93,7 @@ type reconciler struct {
 	// for the next.
 	unconfirmed    bool
 	pendingBuckets []levelBucket
-	buckets        []levelBucket           // reused by collectBuckets
+	buckets        []levelBucket      // reused by collectBuckets
 	demands        map[string]float64 // this node's demand per bucket it pushes, tokens/s
 
 	fleet atomic.Pointer[fleetDemand]
