@@ -22,6 +22,26 @@ import (
 // request that times out, or whose context ends, gets its original denial.
 // DecideAt never waits: it is the fluid form, where every fair mode paces
 // each tenant at its hierarchical max-min share.
+//
+// The order is the discipline's own (pkg/scheduler, one implementation of
+// each): with wfq a waiter of cost c and flow weight w gets the finish tag
+// F = max(V, the flow's last finish tag) + c/w, V being the tag of the
+// waiter last taken (self-clocked), and the smallest tag goes first; with
+// drr the flows with waiters take turns, each turn adding the flow's
+// quantum (w tokens) to its deficit and admitting its waiters, oldest
+// first, while their cost fits. Service is not preemptive: the waiter the
+// dispatcher has taken is the next admitted, however long the global level
+// takes to cover it, and a later arrival does not overtake it.
+//
+// A waiter whose caller gave up (its queue wait is over, its context ended)
+// is never admitted: the dispatcher skips it. It stays in the discipline
+// until then, or until a sweep removes the abandoned waiters — once an
+// eighth of the queue has been abandoned, or the queue is full — so that
+// the queue never holds more than maxQueue waiters, abandoned ones
+// included, and a sweep costs O(1) per abandoned waiter. A swept waiter consumed no
+// service: DRR's deficit is not spent on it, and WFQ's waiters enqueued
+// after the sweep are not tagged behind it (those enqueued before keep the
+// tags they were given: pkg/scheduler's Remove).
 
 // maxDispatchSleep bounds how long the dispatcher sleeps while a waiter is
 // pending.
@@ -31,6 +51,7 @@ const maxDispatchSleep = 10 * time.Millisecond
 type discipline interface {
 	Enqueue(flow uint64, weight, cost float64, item *waiter)
 	Dequeue() (flow uint64, item *waiter, ok bool)
+	Remove(match func(*waiter) bool) int
 	Len() int
 }
 
@@ -58,7 +79,7 @@ const (
 	abandoned
 )
 
-// queue holds the waiters. mu guards everything but wake.
+// queue holds the waiters. mu guards everything but wake and the atomics.
 type queue struct {
 	mu       sync.Mutex
 	wfq      discipline
@@ -71,6 +92,9 @@ type queue struct {
 	done     chan struct{}
 	maxQueue int
 	live     atomic.Int64 // waiters not yet answered or abandoned
+	// abandonedSince counts the waiters whose callers gave up since the
+	// disciplines were last swept of them (removeAbandonedLocked).
+	abandonedSince atomic.Int64
 }
 
 func (q *queue) init(maxQueue int) {
@@ -103,7 +127,8 @@ func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision
 	q := &e.queue
 	w := &waiter{req: r, denial: d, deadline: time.Now().Add(e.settings.queueWait), ctx: ctx, answer: make(chan Decision, 1)}
 	q.mu.Lock()
-	if q.live.Load() >= int64(q.maxQueue) {
+	q.sweepAbandonedLocked(q.heldLocked() >= q.maxQueue)
+	if q.heldLocked() >= q.maxQueue {
 		q.mu.Unlock()
 		return d, nil // the queue is full: no wait, the 429 now
 	}
@@ -126,6 +151,7 @@ func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision
 	}
 	if w.state.CompareAndSwap(waiting, abandoned) {
 		q.live.Add(-1)
+		q.abandonedSince.Add(1) // after the swap: a sweep that misses it sees the count
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
@@ -149,6 +175,32 @@ func flowWeight(snap *snapshot, r Request) float64 {
 		t.Weight = 1
 	}
 	return float64(snap.tierWeights[snap.tierRank[t.Tier]] * t.Weight)
+}
+
+// heldLocked is the number of waiters the queue holds, abandoned ones not
+// yet swept included: what maxQueue bounds.
+func (q *queue) heldLocked() int {
+	n := q.wfq.Len() + q.drr.Len()
+	if q.pending != nil {
+		n++
+	}
+	return n
+}
+
+// sweepAbandonedLocked sweeps the abandoned waiters out of both disciplines
+// once the abandonments since the last sweep are at least an eighth of what
+// the queue holds (or force, when the queue is full and any happened): a
+// sweep is O(held) and follows at least held/8 abandonments, so sweeping
+// costs O(1) per abandoned waiter.
+func (q *queue) sweepAbandonedLocked(force bool) {
+	n := q.abandonedSince.Load()
+	if n == 0 || !force && 8*n < int64(q.heldLocked()) {
+		return
+	}
+	q.abandonedSince.Add(-n) // abandonments racing the sweep are counted for the next
+	isAbandoned := func(w *waiter) bool { return w.state.Load() == abandoned }
+	q.wfq.Remove(isAbandoned)
+	q.drr.Remove(isAbandoned)
 }
 
 func (q *queue) poke() {
@@ -192,6 +244,7 @@ func (e *Engine) dispatchReady() time.Duration {
 		w := q.pending
 		q.pending = nil
 		if w == nil {
+			q.sweepAbandonedLocked(false)
 			// The current discipline first, then the other: waiters queued
 			// before the policy switched between wfq and drr are served too.
 			current := e.snap.Load().fairness
