@@ -153,10 +153,11 @@ func (l *Loader) WatchStore(ctx context.Context, s *store.Store) error {
 }
 
 // Report tells the policy store, every interval and at once after each new
-// version is applied, until ctx ends, which policy version this enforcer runs
-// and its decisions per second (decisions counts them), so that the manager
-// can show how many enforcers loaded a version. A report lapses after three
-// intervals without renewal.
+// version is applied, until ctx ends, which policy version this enforcer runs,
+// its decisions per second (decisions counts them), its backend and whether
+// it is degraded (enforcer.BackendStatus), so that the manager can show how
+// many enforcers loaded a version and every enforcer's debug view the fleet.
+// A report lapses after three intervals without renewal.
 func (l *Loader) Report(ctx context.Context, s *store.Store, decisions func() int64, every time.Duration) {
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
@@ -172,7 +173,10 @@ func (l *Loader) Report(ctx context.Context, s *store.Store, decisions func() in
 			last, lastAt = n, now
 		case <-l.applied:
 		}
-		if err := s.Report(ctx, l.engine.NodeID(), l.engine.Policy().Version(), rate, 3*every); err != nil && ctx.Err() == nil {
+		backend := l.engine.BackendStatus()
+		r := store.EnforcerReport{ID: l.engine.NodeID(), PolicyVersion: l.engine.Policy().Version(), DecisionsPerSec: rate,
+			Mode: backend.Mode, Degraded: backend.Degraded}
+		if err := s.ReportState(ctx, r, 3*every); err != nil && ctx.Err() == nil {
 			l.log.Warn("enforcer report not sent", "err", err)
 		}
 	}

@@ -209,11 +209,11 @@ func TestWatchStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(reports) == 1 && reports[0].ID == e.NodeID() && reports[0].PolicyVersion == 2 {
+		if len(reports) == 1 && reports[0].ID == e.NodeID() && reports[0].PolicyVersion == 2 && reports[0].Mode == e.BackendStatus().Mode && !reports[0].Degraded {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("reports %+v: want this enforcer at version 2", reports)
+			t.Fatalf("reports %+v: want this enforcer at version 2, in its mode (%s), not degraded", reports, e.BackendStatus().Mode)
 		}
 		<-time.After(5 * time.Millisecond)
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // EnforcersKey names the hash where a plane's enforcers report what they
@@ -15,37 +17,89 @@ import (
 // report carries its own expiry; Report drops the lapsed ones).
 func EnforcersKey(plane string) string { return "qp:{" + plane + "}:enforcers" }
 
+// EnforcerStatesKey names the hash beside EnforcersKey where each enforcer
+// reports its state with its report: field the enforcer's id, value
+// "mode:degraded" (degraded 0 or 1). The state is a hash of its own rather
+// than two more fields of the report's value because enforcers and
+// managers of earlier versions take a report value of any other shape for
+// garbage and delete it: in a rolling upgrade they keep the later
+// enforcers' reports, and a report without a state (an earlier
+// enforcer's) reads with an empty Mode.
+func EnforcerStatesKey(plane string) string { return "qp:{" + plane + "}:enforcers:state" }
+
 // EnforcerReport is what one enforcer said it runs.
 type EnforcerReport struct {
 	ID              string
 	PolicyVersion   int64
 	DecisionsPerSec float64
 	Until           time.Time // the report lapses then, unless renewed
+	// Mode is the backend the enforcer runs the plane in (local, central,
+	// local-reconciled); empty when the enforcer did not say (an earlier
+	// version).
+	Mode string
+	// Degraded says that Redis was unavailable to the enforcer and the
+	// plane's failureMode decided (its circuit breaker open). An enforcer
+	// that cannot reach Redis cannot report either: its report lapses.
+	Degraded bool
 }
 
 // Report records that enforcer id runs policy version at decisions per
-// second, for ttl (an enforcer renews it every heartbeat; the manager reads
-// them with Enforcers).
+// second, for ttl, without a state (ReportState).
 func (s *Store) Report(ctx context.Context, id string, version int64, decisionsPerSec float64, ttl time.Duration) error {
-	if id == "" || strings.Contains(id, ":") {
-		return fmt.Errorf("store: plane %q: enforcer id %q: it must be non-empty and without ':'", s.plane, id)
+	return s.ReportState(ctx, EnforcerReport{ID: id, PolicyVersion: version, DecisionsPerSec: decisionsPerSec}, ttl)
+}
+
+// ReportState records r (but its Until) for ttl: an enforcer renews it
+// every heartbeat; the manager reads the reports with Enforcers, and the
+// enforcers' debug view shows them as the fleet. A report with a Mode
+// records the state too.
+func (s *Store) ReportState(ctx context.Context, r EnforcerReport, ttl time.Duration) error {
+	if r.ID == "" || strings.Contains(r.ID, ":") {
+		return fmt.Errorf("store: plane %q: enforcer id %q: it must be non-empty and without ':'", s.plane, r.ID)
+	}
+	if strings.Contains(r.Mode, ":") {
+		return fmt.Errorf("store: plane %q: enforcer %s: mode %q has a ':'", s.plane, r.ID, r.Mode)
 	}
 	now := time.Now()
-	value := fmt.Sprintf("%d:%g:%d", version, decisionsPerSec, now.Add(ttl).UnixMilli())
-	key := EnforcersKey(s.plane)
-	if err := s.client.HSet(ctx, key, id, value).Err(); err != nil {
-		return fmt.Errorf("store: plane %q: report enforcer %s: %w", s.plane, id, err)
-	}
-	// The hash lives as long as some report does; lapsed ones are dropped.
-	if err := s.client.PExpire(ctx, key, 2*ttl).Err(); err != nil {
-		return fmt.Errorf("store: plane %q: report enforcer %s: %w", s.plane, id, err)
+	value := fmt.Sprintf("%d:%g:%d", r.PolicyVersion, r.DecisionsPerSec, now.Add(ttl).UnixMilli())
+	key, states := EnforcersKey(s.plane), EnforcerStatesKey(s.plane)
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, r.ID, value)
+		if r.Mode != "" {
+			degraded := "0"
+			if r.Degraded {
+				degraded = "1"
+			}
+			p.HSet(ctx, states, r.ID, r.Mode+":"+degraded)
+		} else {
+			p.HDel(ctx, states, r.ID)
+		}
+		// The hashes live as long as some report does; lapsed ones are dropped.
+		p.PExpire(ctx, key, 2*ttl)
+		p.PExpire(ctx, states, 2*ttl)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: plane %q: report enforcer %s: %w", s.plane, r.ID, err)
 	}
 	reports, err := s.reports(ctx, now)
 	if err != nil {
 		return err
 	}
-	if len(reports.lapsed) > 0 {
-		return s.client.HDel(ctx, key, reports.lapsed...).Err()
+	if len(reports.lapsed) > 0 || len(reports.orphans) > 0 {
+		_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			if len(reports.lapsed) > 0 {
+				p.HDel(ctx, key, reports.lapsed...)
+				p.HDel(ctx, states, reports.lapsed...)
+			}
+			if len(reports.orphans) > 0 {
+				p.HDel(ctx, states, reports.orphans...)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("store: plane %q: drop lapsed enforcer reports: %w", s.plane, err)
+		}
 	}
 	return nil
 }
@@ -57,31 +111,56 @@ func (s *Store) Enforcers(ctx context.Context) ([]EnforcerReport, error) {
 }
 
 type reports struct {
-	live   []EnforcerReport
-	lapsed []string
+	live    []EnforcerReport
+	lapsed  []string // reports (and their states) to drop
+	orphans []string // states without a report
 }
 
 func (s *Store) reports(ctx context.Context, now time.Time) (reports, error) {
-	all, err := s.client.HGetAll(ctx, EnforcersKey(s.plane)).Result()
+	var all, states *redis.MapStringStringCmd
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		all = p.HGetAll(ctx, EnforcersKey(s.plane))
+		states = p.HGetAll(ctx, EnforcerStatesKey(s.plane))
+		return nil
+	})
 	if err != nil {
 		return reports{}, fmt.Errorf("store: plane %q: read enforcer reports: %w", s.plane, err)
 	}
 	var r reports
-	for id, value := range all {
-		parts := strings.Split(value, ":")
-		if len(parts) != 3 {
-			r.lapsed = append(r.lapsed, id) // not a report: drop it
+	for id, value := range all.Val() {
+		report, ok := parseReport(id, value, states.Val()[id])
+		if !ok || report.Until.Before(now) {
+			r.lapsed = append(r.lapsed, id) // lapsed, or not a report: drop it
 			continue
 		}
-		version, err1 := strconv.ParseInt(parts[0], 10, 64)
-		rate, err2 := strconv.ParseFloat(parts[1], 64)
-		until, err3 := strconv.ParseInt(parts[2], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || until < now.UnixMilli() {
-			r.lapsed = append(r.lapsed, id)
-			continue
+		r.live = append(r.live, report)
+	}
+	for id := range states.Val() {
+		if _, ok := all.Val()[id]; !ok {
+			r.orphans = append(r.orphans, id)
 		}
-		r.live = append(r.live, EnforcerReport{ID: id, PolicyVersion: version, DecisionsPerSec: rate, Until: time.UnixMilli(until)})
 	}
 	slices.SortFunc(r.live, func(a, b EnforcerReport) int { return strings.Compare(a.ID, b.ID) })
 	return r, nil
+}
+
+// parseReport reads a report's value and its state (empty when there is
+// none); ok is false when the value is not a report. A state that is not
+// one reads as none: the report stands.
+func parseReport(id, value, state string) (EnforcerReport, bool) {
+	parts := strings.Split(value, ":")
+	if len(parts) != 3 {
+		return EnforcerReport{}, false
+	}
+	version, err1 := strconv.ParseInt(parts[0], 10, 64)
+	rate, err2 := strconv.ParseFloat(parts[1], 64)
+	until, err3 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return EnforcerReport{}, false
+	}
+	r := EnforcerReport{ID: id, PolicyVersion: version, DecisionsPerSec: rate, Until: time.UnixMilli(until)}
+	if mode, degraded, ok := strings.Cut(state, ":"); ok && mode != "" && (degraded == "0" || degraded == "1") {
+		r.Mode, r.Degraded = mode, degraded == "1"
+	}
+	return r, true
 }
