@@ -157,6 +157,16 @@
 // In the distributed modes the engine's own state holds this node's share of
 // the policy (policy.Share); Policy returns the policy itself.
 //
+// Both distributed modes treat an unavailable Redis alike: the node is
+// degraded (central: its circuit breaker is open; local-reconciled: three
+// reconciles in a row failed, until one succeeds), BackendStatus.Degraded
+// says so (the enforcer's quota_backend_degraded metric), the engine logs
+// a warning on entry and a line on exit (WithLogger), and the plane's
+// failureMode decides: degrade on the node's share (local-reconciled: its
+// parts as the last reconcile sized them), allow admits, deny denies at
+// the global level. Readiness does not change: failing it would take the
+// fleet out of service in the outage the failureMode is there for.
+//
 // # Time
 //
 // DecideAt takes the time as an argument and never waits: the same requests

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"log/slog"
 	"fmt"
 	"math"
 	"strings"
@@ -44,6 +45,7 @@ type Engine struct {
 	ticks       sync.WaitGroup // ticks started by Decide, which Close waits for
 	settings    settings
 
+	logger     *slog.Logger
 	redis      redis.UniversalClient // nil: mode local only
 	redisCalls func(time.Duration)   // WithRedisObserver; nil: none
 	nodeID     string
@@ -174,6 +176,11 @@ func (e *Engine) observeRedis(d time.Duration) {
 // suffix). Engines in one process with distinct ids act as separate nodes.
 func WithNodeID(id string) Option { return func(e *Engine) { e.nodeID = id } }
 
+// WithLogger sets where the engine logs what an operator must know: the
+// distributed backends entering and leaving degraded operation (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.logger = l } }
+
 // WithRedisTimeout sets the deadline of one decision's trip through Redis
 // (default 50ms); past it, the plane's failureMode decides.
 func WithRedisTimeout(d time.Duration) Option { return func(e *Engine) { e.settings.redisTimeout = d } }
@@ -242,6 +249,9 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	if e.nodeID == "" {
 		e.nodeID = defaultNodeID()
 	}
+	if e.logger == nil {
+		e.logger = slog.Default()
+	}
 	if !policy.ValidName(e.nodeID) {
 		return nil, fmt.Errorf("enforcer: node id %q: use printable ASCII without spaces, at most 256 characters", e.nodeID)
 	}
@@ -257,6 +267,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	e.queue.init(s.maxQueue)
 	if e.redis != nil {
 		e.central = newCentral(e, e.redis)
+		e.central.breaker.onChange = func(open bool, err error) { e.degradedChanged("central", open, err) }
 		e.reconciler = newReconciler(e)
 	}
 	if err := e.installLocked(p, 0); err != nil {
@@ -507,6 +518,9 @@ func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision)
 		ts := snap.known[r.Tenant]
 		if ts == nil {
 			ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(snap.known))
+		}
+		if snap.reconciled && mode == arrival && e.reconciler.failOver(snap, cost, d) {
+			return nil
 		}
 		ts.mu.Lock()
 		// Pruned between lookup and lock (its replacement is in the

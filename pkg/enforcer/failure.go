@@ -147,6 +147,8 @@ type breaker struct {
 	cooldown  int64
 	// open mirrors state != closed for lock-free reads by status.
 	open atomic.Bool
+	// onChange, when set, is told when open changes (under mu).
+	onChange func(open bool, err error)
 }
 
 type breakerState uint8
@@ -213,6 +215,9 @@ func (b *breaker) recoveryDone() {
 	if b.state == breakerRecovering {
 		b.state = breakerClosed
 		b.open.Store(false)
+		if b.onChange != nil {
+			b.onChange(false, nil)
+		}
 	}
 }
 
@@ -229,7 +234,9 @@ func (b *breaker) failure(now int64) {
 // reopenLocked opens the breaker for a cooldown from now.
 func (b *breaker) reopenLocked(now int64) {
 	b.state, b.openUntil = breakerOpen, now+b.cooldown
-	b.open.Store(true)
+	if !b.open.Swap(true) && b.onChange != nil {
+		b.onChange(true, nil)
+	}
 }
 
 // probeFailed reopens the breaker, for another cooldown, when its probe
@@ -240,6 +247,19 @@ func (b *breaker) probeFailed(now int64) {
 	if b.state == breakerProbing {
 		b.reopenLocked(now)
 	}
+}
+
+// degradedChanged logs a distributed backend entering (with the failure
+// that made it) or leaving degraded operation: what an operator must see
+// without a dashboard.
+func (e *Engine) degradedChanged(mode string, degraded bool, err error) {
+	p := e.policy.Load()
+	if degraded {
+		e.logger.Warn("quota store unavailable: deciding by the plane's failureMode until it is back",
+			"plane", p.ID(), "mode", mode, "failureMode", p.Spec().FailureMode, "node", e.nodeID, "err", err)
+		return
+	}
+	e.logger.Info("quota store back: deciding with the fleet again", "plane", p.ID(), "mode", mode, "node", e.nodeID)
 }
 
 // waitUs is how long until the breaker lets a call through.

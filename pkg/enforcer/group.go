@@ -229,6 +229,14 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 			}
 			g.ep[i], g.cost[i] = ep, cost
 		}
+		if snap.reconciled && e.reconciler.degraded.Load() && snap.failureMode != "degrade" {
+			allowed := true // the failureMode decides the whole group
+			for i := range rs {
+				e.reconciler.failOver(snap, g.cost[i], &ds[i])
+				allowed = allowed && ds[i].Allow
+			}
+			return allowed, nil
+		}
 		g.locked = g.locked[:0]
 		for i := range rs {
 			ts := snap.known[rs[i].Tenant]

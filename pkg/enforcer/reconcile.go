@@ -3,6 +3,7 @@ package enforcer
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -98,6 +99,12 @@ type reconciler struct {
 
 	fleet atomic.Pointer[fleetDemand]
 	stats reconcileStats
+	// failures counts the reconciles in a row that Redis did not answer;
+	// degraded is set at the breaker's threshold of them and cleared by
+	// the next that succeeds: meanwhile the plane's failureMode decides
+	// (failOver).
+	failures int
+	degraded atomic.Bool
 }
 
 // fleetDemand is what the last reconcile brought back of the fleet's
@@ -113,6 +120,7 @@ const maxFleetTenants = 128
 
 type reconcileStats struct {
 	runs, failures, reshares atomic.Int64
+	fallbacks                atomic.Int64 // decisions failOver made
 	fleetLevel               atomic.Int64 // token·µs, from the last pull
 }
 
@@ -245,10 +253,20 @@ func (r *reconciler) reconcile() {
 	cancel()
 	e.observeRedis(time.Since(start))
 	r.stats.runs.Add(1)
-	if err != nil || len(reply) != 6 {
+	if err == nil && len(reply) != 6 {
+		err = fmt.Errorf("reconcile.lua answered %d values, want 6", len(reply))
+	}
+	if err != nil {
 		r.stats.failures.Add(1)
 		r.unconfirmed = true
+		if r.failures++; r.failures == e.settings.breakerThreshold {
+			r.degraded.Store(true)
+			e.degradedChanged("local-reconciled", true, err)
+		}
 		return // keep the local state; the push goes again next time
+	}
+	if r.failures = 0; r.degraded.Swap(false) {
+		e.degradedChanged("local-reconciled", false, nil)
 	}
 	r.unconfirmed = false
 	r.pending = 0
@@ -300,6 +318,28 @@ func (r *reconciler) reconcile() {
 		e.reshare()
 	}
 	e.payDebt(int64(float64(level)*r.fraction()), now)
+}
+
+// failOver decides a request of cost while the node cannot reconcile
+// (degraded), by the plane's failureMode: allow admits it, deny denies it
+// at the global level; it reports false, deciding nothing, while the node
+// is not degraded or the failureMode is degrade, which decides on the
+// node's parts of the limits as they were at the last reconcile.
+func (r *reconciler) failOver(snap *snapshot, cost int64, d *Decision) bool {
+	if !r.degraded.Load() {
+		return false
+	}
+	switch snap.failureMode {
+	case "allow":
+		*d = Decision{Allow: true, Cost: cost, Bound: LevelGlobal}
+	case "deny":
+		*d = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: cost, Reason: reasonUnavailableDeny,
+			RetryAfter: snap.policy.Spec().ReconcileInterval}
+	default:
+		return false
+	}
+	r.stats.fallbacks.Add(1)
+	return true
 }
 
 // busyTenant is one of a node's busiest tenants, read once per reconcile:

@@ -190,14 +190,17 @@ type BackendStatus struct {
 	// Mode is the plane's backend: local, central or local-reconciled.
 	Mode string
 	// Degraded is true while Redis is unavailable and the plane's
-	// failureMode decides.
+	// failureMode decides: in central mode while the circuit breaker is
+	// open, in local-reconciled from the third reconcile in a row that
+	// failed to the next that succeeds.
 	Degraded bool
 	// Nodes is the live nodes of the fleet as the heartbeats count them
 	// (1 in mode local).
 	Nodes int64
-	// ScriptCalls, Decisions and Failures count the calls of decide.lua,
-	// the decisions they made and the calls that failed; Fallbacks counts
-	// decisions made by the failureMode.
+	// ScriptCalls, Decisions and Failures count the calls of decide.lua
+	// (reconcile.lua in local-reconciled), the decisions they made and the
+	// calls that failed; Fallbacks counts decisions made by the
+	// failureMode.
 	ScriptCalls, Decisions, Failures, Fallbacks int64
 }
 
@@ -209,6 +212,11 @@ func (e *Engine) BackendStatus() BackendStatus {
 		s.Nodes = c.fleet.nodes.Load()
 		s.ScriptCalls, s.Decisions = c.stats.calls.Load(), c.stats.decisions.Load()
 		s.Failures, s.Fallbacks = c.stats.failures.Load(), c.stats.degraded.Load()
+		if s.Mode == "local-reconciled" {
+			r := &e.reconciler.stats
+			s.Degraded = e.reconciler.degraded.Load()
+			s.ScriptCalls, s.Failures, s.Fallbacks = r.runs.Load(), r.failures.Load(), r.fallbacks.Load()
+		}
 	}
 	return s
 }
