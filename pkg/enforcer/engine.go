@@ -2,8 +2,8 @@ package enforcer
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
