@@ -42,6 +42,7 @@ type central struct {
 	fleet   fleet
 	journal journal
 	shards  shards
+	fair    centralFair
 
 	stats centralStats
 }
@@ -70,9 +71,13 @@ type centralCall struct {
 	// policy's, or a split tenant's part of them.
 	keys   [4]string
 	limits [4]*policy.Limit
-	reply  [lua.DecideReplyFields]int64
-	at     int64 // µs: the time the script decided at (its reply's first value)
-	err    error
+	// share is the tenant's share bucket while the plane is contended
+	// (central_fair.go); aboveShare says its fleet demand is above it.
+	share      shareLevel
+	aboveShare bool
+	reply      [lua.DecideReplyFields]int64
+	at         int64 // µs: the time the script decided at (its reply's first value)
+	err        error
 	// members are the calls that go to Redis as one: the call itself (one
 	// holds it), or a group's calls (DecideAll), this one first, which
 	// the script decides all or nothing. The first call stands for all:
@@ -117,6 +122,7 @@ func (b *central) start() {
 		b.workers.Go(b.batchLoop)
 	}
 	b.workers.Go(b.heartbeatLoop)
+	b.workers.Go(b.fairLoop)
 	b.workers.Go(b.rebalanceLoop)
 	b.workers.Go(func() { b.e.reconciler.loop(b.stop) })
 }
@@ -222,6 +228,9 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 		levelKey(prefix+"e:"+holder+":"+endpointName, c.epLim),
 		levelKey(prefix+"k:"+holder+":"+keyDigest(r.APIKey), c.keyLim),
 	}
+	if v := b.fair.view.Load(); v != nil && v.snap == snap { // contended
+		b.pace(c, v, r.Tenant, prefix, holder, parts)
+	}
 	return c, nil
 }
 
@@ -251,7 +260,24 @@ func (b *central) record(c *centralCall, r *Request, d *Decision) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	ts.lastSeen = e.clock()
+	b.countDemandLocked(ts, d)
 	ts.recordLocked(ts.lastSeen, d, r.APIKey, c.endpoint)
+}
+
+// countDemandLocked counts a decision Redis made as the tenant's demand on
+// the plane, as the engine's own decisions count theirs: a request that
+// passed the levels below global (admitted, or denied at global; a global
+// denial is reported before a lower one, so a request denied at both
+// counts too, and the tenant's own limit caps its claim). central_fair.go
+// measures it. ts.mu is held.
+func (b *central) countDemandLocked(ts *tenantState, d *Decision) {
+	if d.Allow || d.Level == LevelGlobal {
+		ts.offered += d.Cost
+		ts.arrivals++
+	}
+	if d.Level == LevelGlobal {
+		b.fair.denials.Add(1)
+	}
 }
 
 // levelKey names a level's state; a sliding window is a different kind of
@@ -278,6 +304,15 @@ func (c *centralCall) decision(d *Decision) {
 		d.Reason = s.reason(reasonGlobal, s.global)
 	case lua.ReasonReserve:
 		d.Reason = reasonReserve
+		if c.aboveShare {
+			d.Reason = reasonShareReserve
+		}
+	case lua.ReasonShare:
+		d.Reason = reasonShare
+		// Shares are computed again every interval: no longer than that.
+		if c.share.maxRetry > 0 {
+			d.RetryAfter = min(d.RetryAfter, c.share.maxRetry)
+		}
 	case lua.ReasonTenant:
 		d.Reason = s.reason(reasonTenant, c.tenant.Limit)
 	case lua.ReasonTenantCeiling:
@@ -339,6 +374,7 @@ func (c *centralCall) reset() {
 	c.snap, c.tenant, c.endpoint, c.epLim, c.keyLim = nil, policy.Tenant{}, nil, nil, nil
 	c.cost, c.tierRank, c.mayBorrow, c.shard = 0, 0, false, 0
 	c.keys, c.limits, c.reply, c.at, c.err = [4]string{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, 0, nil
+	c.share, c.aboveShare = shareLevel{}, false
 	c.members, c.group = c.one[:], 0
 	c.state.Store(callQueued)
 }
@@ -580,8 +616,18 @@ func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centra
 	a.add(prefix+"d", nil)
 	for _, c := range batch {
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.cost))
-		// The tier floors reserve their percent of this shard's part.
-		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(reserveOf(snap.reservePercents[c.tierRank], global)))
+		// Without fairness the tier floors reserve their percent of this
+		// shard's part; with it, floors are rate guarantees (the shares),
+		// and a tenant above its share leaves the bottom of the bucket to
+		// those within theirs, as in the engine (decideLocked).
+		var reserve int64
+		switch {
+		case snap.fairness == fairNone:
+			reserve = reserveOf(snap.reservePercents[c.tierRank], global)
+		case c.aboveShare:
+			reserve = reserveOf(contendedReservePercent, global)
+		}
+		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(reserve))
 		var borrow uint64
 		if c.mayBorrow {
 			borrow = 1
@@ -595,6 +641,11 @@ func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centra
 			a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(idx))
 		}
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.group))
+		var share int64
+		if c.share.key != "" {
+			share = a.addLevel(c.share.key, lua.AlgorithmShareBucket, c.share.rate, c.share.burst, c.share.period)
+		}
+		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(share))
 	}
 }
 
@@ -602,12 +653,6 @@ func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centra
 // first time. A key's limit is the first request's: every request of a batch
 // but the rare one that straddles a policy swap resolves it the same way.
 func (a *batchArgs) add(key string, lim *policy.Limit) int64 {
-	if idx, ok := a.index[key]; ok {
-		return idx
-	}
-	a.keys = append(a.keys, key)
-	idx := int64(len(a.keys))
-	a.index[key] = idx
 	var alg, rate, burst, period int64
 	if lim != nil {
 		alg, rate, burst, period = lua.AlgorithmTokenBucket, lim.Rate, lim.Burst, lim.PeriodMicros()
@@ -615,6 +660,17 @@ func (a *batchArgs) add(key string, lim *policy.Limit) int64 {
 			alg = lua.AlgorithmSlidingWindow
 		}
 	}
+	return a.addLevel(key, alg, rate, burst, period)
+}
+
+// addLevel is add with the limit as decide.lua takes it.
+func (a *batchArgs) addLevel(key string, alg, rate, burst, period int64) int64 {
+	if idx, ok := a.index[key]; ok {
+		return idx
+	}
+	a.keys = append(a.keys, key)
+	idx := int64(len(a.keys))
+	a.index[key] = idx
 	for _, v := range [...]int64{alg, rate, burst, period} {
 		a.limits = binary.LittleEndian.AppendUint64(a.limits, uint64(v))
 	}

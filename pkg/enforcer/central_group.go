@@ -72,6 +72,7 @@ func (b *central) recordGroup(c *centralCall, r *Request, d *Decision, groupAllo
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	ts.lastSeen = e.clock()
+	b.countDemandLocked(ts, d)
 	ts.recordGroupLocked(ts.lastSeen, d, r.APIKey, c.endpoint, groupAllowed)
 }
 

@@ -44,7 +44,7 @@ type fairness struct {
 	ticks    uint64
 	tenants  []*tenantState
 	demands  []float64 // per tenant: the demand the allocation shares by, tokens/s
-	weights  []int64   // per tenant, read with the tenant's lock at this tick
+	weights  []float64 // per tenant, read with the tenant's lock at this tick
 	ranks    []int
 	caps     []float64 // per tenant: the most its own limit lets through, tokens/s
 	byTier   [policy.MaxTiers][]scheduler.Item
@@ -117,7 +117,7 @@ func (e *Engine) tick(now int64) {
 		// the lowest tier until it is.
 		f.weights[i], f.ranks[i], f.caps[i] = 1, len(snap.floors)-1, math.Inf(1)
 		if ts.snap == snap && ts.tenant.Weight >= 1 {
-			f.weights[i], f.ranks[i] = ts.tenant.Weight, ts.tierRank
+			f.weights[i], f.ranks[i] = float64(ts.tenant.Weight), ts.tierRank
 			f.caps[i] = ts.sustainableRate(snap) * scale
 		}
 		ts.mu.Unlock()
@@ -144,8 +144,17 @@ func (e *Engine) tick(now int64) {
 		return
 	}
 
-	bias, fill := e.refillBias(now)
-	capacity := snap.globalPerSec * scale * (1 - e.settings.headroom - bias)
+	f.reallocate(snap, scale, total, denials, e.globalFill(now), e.settings.headroom, now)
+}
+
+// reallocate shares the plane's global rate (scale times the snapshot's)
+// when it is contended: when the demand, total tokens/s, comes near it,
+// requests were denied at the global level since the last tick, or the
+// global bucket is below half full (fill, 0 to 1). Mode local and
+// local-reconciled call it from tick with this node's figures, mode
+// central from its fleet exchange with the fleet's (central_fair.go).
+func (f *fairness) reallocate(snap *snapshot, scale, total float64, denials int64, fill, headroom float64, now int64) {
+	capacity := snap.globalPerSec * scale * (1 - headroom - refillBias(fill))
 	if snap.globalPerSec <= 0 || (total < 0.9*capacity && denials == 0 && fill > 0.5) {
 		// A global limit that never refills has no rate to share.
 		f.contended.Store(false)
@@ -224,38 +233,43 @@ const (
 )
 
 // refillBias is the fraction of the global rate to leave unallocated so
-// that a global bucket run below half full refills: shares that add up to
-// exactly the global rate would leave it wherever contention found it,
-// empty after a surge, and then every bit of noise denies someone at
-// random. Up to maxRefillBias is held back, in proportion to how far below
-// half the bucket is.
-func (e *Engine) refillBias(now int64) (bias, fill float64) {
+// that a global bucket run below half full (fill, 0 to 1) refills: shares
+// that add up to exactly the global rate would leave it wherever
+// contention found it, empty after a surge, and then every bit of noise
+// denies someone at random. Up to maxRefillBias is held back, in
+// proportion to how far below half the bucket is.
+func refillBias(fill float64) float64 { return maxRefillBias * max(0, 0.5-fill) / 0.5 }
+
+// globalFill is how full the engine's own global bucket is at now, 0 to 1
+// (1 without a global limit).
+func (e *Engine) globalFill(now int64) float64 {
 	pl := &e.plane
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if !pl.global.active() {
-		return 0, 1
+		return 1
 	}
 	pl.global.settle(now)
-	fill = float64(pl.global.level) / float64(pl.global.capacity())
-	return maxRefillBias * max(0, 0.5-fill) / 0.5, fill
+	return float64(pl.global.level) / float64(pl.global.capacity())
 }
 
 const maxRefillBias = 0.1
 
 // allocate computes every tier's water level and publishes them, at now
-// (µs). capacity is scale times the snapshot's (see tick).
+// (µs). capacity is scale times the snapshot's (see tick). The claimants
+// are f.demands, f.weights, f.ranks and f.caps, index by index: the
+// tenants of tick, or the fleet's in mode central (central_fair.go).
 func (f *fairness) allocate(snap *snapshot, capacity, scale float64, now int64) {
 	tiers := len(snap.floors)
 	for k := range tiers {
 		f.byTier[k] = f.byTier[k][:0]
 	}
-	for i := range f.tenants {
+	for i := range f.demands {
 		if demand := f.demands[i]; demand > 0 {
 			// Demand counts only requests that passed the tenant's own
 			// levels, but one denied at global leaves its tokens, so the
 			// next is counted too: the tenant's own limit caps the claim.
-			f.byTier[f.ranks[i]] = append(f.byTier[f.ranks[i]], scheduler.Item{Weight: float64(f.weights[i]), Cap: min(demand, f.caps[i])})
+			f.byTier[f.ranks[i]] = append(f.byTier[f.ranks[i]], scheduler.Item{Weight: f.weights[i], Cap: min(demand, f.caps[i])})
 		}
 	}
 	// Tiers first: weight, floor, and the tier's whole demand as its cap.
@@ -268,7 +282,7 @@ func (f *fairness) allocate(snap *snapshot, capacity, scale float64, now int64) 
 		floor := snap.floors[k] * capacity / snap.globalPerSec // in capacity's frame; floors shrink with what is held back
 		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: floor, Cap: demand})
 	}
-	f.out = grow(f.out, tiers+len(f.tenants))
+	f.out = grow(f.out, tiers+len(f.demands))
 	if math.IsInf(scheduler.MaxMin(capacity, f.tiers, f.out, &f.scratch), 1) {
 		f.contended.Store(false)
 		return

@@ -9,8 +9,8 @@ var Decide = load("decide.lua")
 const (
 	// DecideRequestFields is the little-endian int64 of each request's
 	// record in ARGV[3]: cost, reserve, may borrow, the four levels' key
-	// indexes and the group.
-	DecideRequestFields = 8
+	// indexes, the group and the index of the tenant's share bucket.
+	DecideRequestFields = 9
 	// DecideReplyFields is each request's share of the reply, after the
 	// reply's first element (the time the script decided at).
 	DecideReplyFields = 7
@@ -24,6 +24,10 @@ const (
 	AlgorithmNone          = 0
 	AlgorithmTokenBucket   = 1
 	AlgorithmSlidingWindow = 2
+	// AlgorithmShareBucket paces a tenant at its fair share: a token
+	// bucket that admits from min(cost, burst) into debt and starts with
+	// what its first request needs (decide.lua's header).
+	AlgorithmShareBucket = 3
 )
 
 // Reasons Decide reports.
@@ -36,6 +40,9 @@ const (
 	ReasonPoolDry
 	ReasonEndpoint
 	ReasonKey
+	// ReasonShare: the global level, contended, and the tenant above its
+	// weighted fair share (its share bucket is empty).
+	ReasonShare
 )
 
 // Refund is refund.lua: what Decide debited for the part of a group that
@@ -43,7 +50,7 @@ const (
 var Refund = load("refund.lua")
 
 // Heartbeat is heartbeat.lua: a node's heartbeat, answered with the number
-// of live nodes.
+// of live nodes and, with a demand report, the live nodes' reports.
 var Heartbeat = load("heartbeat.lua")
 
 // Debit is debit.lua: tokens a node admitted on its own, debited from the

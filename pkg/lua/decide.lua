@@ -1,9 +1,10 @@
 -- decide.lua: decide a batch of requests against a plane's hierarchy, in
 -- order, atomically: the global bucket, then per request the tenant limit
 -- (with borrowing from the burst pool up to the tenant's allowance), the
--- endpoint limit and the api key limit. It is the Go engine's decision
--- (pkg/enforcer, decideLocked with no fair-share pacing) in Lua: the same
--- integer arithmetic, the same order, the same answers.
+-- endpoint limit and the api key limit, and the request's fair share
+-- when the plane is contended. It is the Go engine's decision
+-- (pkg/enforcer, decideLocked) in Lua: the same integer arithmetic, the
+-- same order, the same answers.
 --
 -- KEYS     the distinct keys the batch touches, each once: KEYS[1] is the
 --          global bucket, KEYS[2] the burst pool (any name without a
@@ -13,15 +14,17 @@
 --          clock for the whole fleet; a given time is for simulations and
 --          tests that replay the Go engine)
 -- ARGV[2]  the limit on each key: #KEYS records of 4 little-endian int64,
---          algorithm (0 none, 1 token bucket, 2 sliding window), rate,
---          burst, period µs
--- ARGV[3]  the requests: records of 8 little-endian int64, cost, reserve
+--          algorithm (0 none, 1 token bucket, 2 sliding window, 3 share
+--          bucket), rate, burst, period µs
+-- ARGV[3]  the requests: records of 9 little-endian int64, cost, reserve
 --          (token·µs of the global bucket the request must leave: tier
---          floors), may borrow (0|1), then the indexes in KEYS of its
---          tenant limit, borrow allowance, endpoint limit and api key limit
---          (0: the level has no limit), then its group: 0 for a request
---          decided alone; requests in a row with the same group (not 0)
---          are one group, decided all or nothing (see Groups)
+--          floors, or the part kept for tenants within their fair share),
+--          may borrow (0|1), then the indexes in KEYS of its tenant limit,
+--          borrow allowance, endpoint limit and api key limit (0: the
+--          level has no limit), then its group: 0 for a request decided
+--          alone; requests in a row with the same group (not 0) are one
+--          group, decided all or nothing (see Groups); then the index in
+--          KEYS of its tenant's share bucket (0: the tenant is not paced)
 -- ARGV[4]  1 to add the batch's cost, admitted or not, to the demand
 --          counter (a plane split into shards rebalances their parts of the
 --          global limit by it); 0 not to
@@ -29,7 +32,8 @@
 -- Returns {now, then per request 7 integers: allowed (0|1), level (0 none,
 -- 1 global, 2 tenant, 3 endpoint, 4 key), reason (0 none, 1 global,
 -- 2 reserve, 3 tenant, 4 tenant borrow ceiling, 5 pool dry, 6 endpoint,
--- 7 key), retry after µs (capped at one hour), remaining tokens, borrowed,
+-- 7 key, 8 fair share: level 1), retry after µs (capped at one hour),
+-- remaining tokens, borrowed,
 -- and the level whose tokens remaining counts (1-4: the tightest when
 -- allowed, the denying one when denied)}.
 --
@@ -49,6 +53,19 @@
 -- it, with an expiry at the time it would be full (or empty) again, when
 -- losing it changes nothing. A bucket with rate 0 never refills; it expires
 -- a week after its last debit.
+--
+-- Share buckets pace a tenant at its weighted fair share of the contended
+-- global rate, fleet-wide (pkg/enforcer, central_fair.go): a token bucket
+-- whose rate is the share (the caller sends the share in force with every
+-- request, so it changes as the fleet's demand does), checked with the
+-- global level, after the levels below it. It differs from a limit's
+-- bucket in three ways, as the Go engine's shareBucket does: a bucket
+-- holding min(cost, burst) admits the request and may go into debt, repaid
+-- at the share (a request costlier than the bucket is paced, never refused
+-- for good); a missing bucket holds what its first request needs, not its
+-- burst (thousands of small tenants starting full would each run over
+-- their shares for a while); and it stays a minute after it would be full
+-- again, so that an idle tenant comes back to a full bucket.
 --
 -- Groups: the requests of a group are decided in order, each on top of the
 -- debits of the earlier ones (two requests of one tenant need both costs
@@ -72,14 +89,18 @@
 local HOUR = 3600000000
 local INF = math.huge
 local unpack4 = '<i8i8i8i8'
-local unpack8 = '<i8i8i8i8i8i8i8i8'
+local unpack_request = '<i8i8i8i8i8i8i8i8i8'
 local BUCKET_FORMAT = '<i8i8i8i8'
 -- a bucket of a limit that never refills (rate 0) expires after a week
 -- without a debit: state for holders requests name must not live forever
 local NO_REFILL_TTL_MS = 7 * 24 * 3600 * 1000
+-- a share bucket stays this long after it would be full again
+local SHARE_LINGER_MS = 60000
 
 -- A level's state is an array; these name its slots.
 local BUCKET, LEVEL, LAST, RATE, BURST, PER, CAP, INV, FILL, DIRTY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+-- true in a share bucket (alg 3); past the slots windows use
+local SHARE = 13
 -- windows: BUCKET false, then
 local SUM, HEAD, AT, COST, LOADED, LATEST = 2, 3, 4, 5, 6, 7
 
@@ -104,15 +125,18 @@ end
 
 local states = {} -- index in KEYS -> state, loaded on first use
 
--- level returns the state of KEYS[i], or nil when i is 0 or it has no limit.
-local function level(i)
+-- level returns the state of KEYS[i], or nil when i is 0 or it has no limit;
+-- cost is the request that needs it first (a missing share bucket holds
+-- what it needs).
+local function level(i, cost)
   if i == 0 then return nil end
   local s = states[i]
   if s then return s end
   local alg, rate, burst, per = struct.unpack(unpack4, limits, 32 * (i - 1) + 1)
-  if alg == 1 then
+  if alg == 1 or alg == 3 then
     local cap = burst * per
     s = {true, cap, now, rate, burst, per, cap, 1 / per, (rate > 0) and math.ceil(cap / rate) or INF, false}
+    if alg == 3 then s[SHARE], s[LEVEL] = true, math.min(cost or 0, burst) * per end
     local v = redis.call('GET', KEYS[i])
     if v and #v == 32 then
       local l, t, p, r = struct.unpack(BUCKET_FORMAT, v)
@@ -165,11 +189,13 @@ local function settle(s)
 end
 
 local function covers(s, cost)
+  if s[SHARE] then return math.min(cost, s[BURST]) * s[PER] <= s[LEVEL] end
   if s[BUCKET] then return cost <= s[BURST] and cost * s[PER] <= s[LEVEL] end
   return s[SUM] + cost <= s[WRATE]
 end
 
 local function never(s, cost)
+  if s[SHARE] then return false end
   if s[BUCKET] then return cost > s[BURST] end
   return cost > s[WRATE]
 end
@@ -227,6 +253,7 @@ end
 
 local function retry_after(s, cost)
   if never(s, cost) then return INF end
+  if s[SHARE] then return bucket_wait(s, math.min(cost, s[BURST]) * s[PER]) end
   if s[BUCKET] then return bucket_wait(s, cost * s[PER]) end
   local excess, times, costs = s[SUM] + cost - s[WRATE], s[AT], s[COST]
   for i = s[HEAD], #times do
@@ -264,8 +291,8 @@ local saved = nil
 
 -- use returns the state of KEYS[i] (as level) and, inside a group, saves it
 -- the first time the group touches it.
-local function use(i)
-  local s = level(i)
+local function use(i, cost)
+  local s = level(i, cost)
   if s and saved and not saved[i] then
     if s[BUCKET] then
       saved[i] = {s, s[LEVEL], s[LAST], s[DIRTY]}
@@ -296,8 +323,8 @@ local out = {now}
 local o = 1
 local offered = 0
 local group, group_ok = 0, true
-for pos = 1, #requests, 64 do
-  local cost, reserve, may_borrow, ti, ai, ei, ki, grp = struct.unpack(unpack8, requests, pos)
+for pos = 1, #requests, 72 do
+  local cost, reserve, may_borrow, ti, ai, ei, ki, grp, si = struct.unpack(unpack_request, requests, pos)
   if grp ~= group then -- the previous group ends, another begins
     if saved and not group_ok then restore() end
     group, group_ok, saved = grp, true, nil
@@ -344,14 +371,20 @@ for pos = 1, #requests, 64 do
 
   settle(g)
   local global_ok = cost <= g[BURST] and cost * g[PER] + reserve <= g[LEVEL]
-  if global_ok and borrow > 0 then
+  local sh, share_ok = use(si, cost), true
+  if sh then
+    settle(sh)
+    share_ok = covers(sh, cost)
+  end
+  if global_ok and share_ok and borrow > 0 then
     settle(pool)
     if not covers(pool, borrow) then lower, lower_s, reason = 2, tl, 5 end
   end
   local allowed, lvl, retry, rem, borrowed, bound = 0, 0, 0, 0, 0, 1
-  if global_ok and lower == 0 then
+  if global_ok and share_ok and lower == 0 then
     allowed = 1
     take(g, cost)
+    if sh then take(sh, cost) end
     if tl and cost - borrow > 0 then take(tl, cost - borrow) end
     if borrow > 0 then
       take(allowance, borrow)
@@ -376,6 +409,9 @@ for pos = 1, #requests, 64 do
       retry = bucket_wait(g, cost * g[PER] + reserve)
     end
     if reserve > 0 and covers(g, cost) then reason = 2 end
+  elseif not share_ok then
+    lvl, reason, rem = 1, 8, remaining(g)
+    retry = retry_after(sh, cost)
   else
     lvl, rem = lower, remaining(lower_s)
     retry = retry_after(lower_s, cost)
@@ -405,7 +441,9 @@ for i, s in pairs(states) do
     if s[BUCKET] then
       local v = struct.pack(BUCKET_FORMAT, s[LEVEL], s[LAST], s[PER], s[RATE])
       local ms = NO_REFILL_TTL_MS
-      if s[RATE] > 0 then ms = math.ceil((s[CAP] - s[LEVEL]) / s[RATE] / 1000) + 1000 end
+      if s[RATE] > 0 then
+        ms = math.ceil((s[CAP] - s[LEVEL]) / s[RATE] / 1000) + (s[SHARE] and SHARE_LINGER_MS or 1000)
+      end
       redis.call('SET', KEYS[i], v, 'PX', string.format('%d', ms))
     else
       local at, cost = s[AT], s[COST]

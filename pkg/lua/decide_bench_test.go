@@ -69,7 +69,7 @@ func decideCall(n int, distinct bool, call int) ([]string, []any) {
 			limits = put(limits, AlgorithmTokenBucket, 1e6, 1e6, 1e6, AlgorithmTokenBucket, 1e4, 1000, 1e6,
 				AlgorithmTokenBucket, 1e6, 1e6, 1e6, AlgorithmTokenBucket, 1e6, 1e6, 1e6)
 		}
-		requests = put(requests, 1, 0, 1, first, first+1, first+2, first+3, 0)
+		requests = put(requests, 1, 0, 1, first, first+1, first+2, first+3, 0, 0)
 	}
 	return keys, []any{0, limits, requests, 0}
 }

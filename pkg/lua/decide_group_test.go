@@ -36,9 +36,9 @@ var groupLimits = slices.Concat(
 // tenant) of cost in group.
 func requestOf(tenant string, cost, group int64) []byte {
 	if tenant == "a" {
-		return le(cost, 0, 0, 4, 0, 6, 7, group)
+		return le(cost, 0, 0, 4, 0, 6, 7, group, 0)
 	}
-	return le(cost, 0, 0, 5, 0, 0, 0, group)
+	return le(cost, 0, 0, 5, 0, 0, 0, group, 0)
 }
 
 // dumpKeys is every key of the test plane but the demand counter, raw.
