@@ -68,7 +68,7 @@ func (sh *shards) shardOf(k int, t *policy.Tenant, apiKey string) (shard int, pa
 	if k <= 1 {
 		return 0, 1
 	}
-	home := int(crc32.ChecksumIEEE([]byte(t.Name)) % uint32(k))
+	home := homeShard(k, t)
 	if t.Shards <= 1 {
 		return home, 1
 	}
@@ -79,6 +79,11 @@ func (sh *shards) shardOf(k int, t *policy.Tenant, apiKey string) (shard int, pa
 		part = sh.next.Add(1)
 	}
 	return (home + int(part%uint64(t.Shards))) % k, t.Shards
+}
+
+// homeShard is the shard tenant t lives in, or its first part's, of k > 1.
+func homeShard(k int, t *policy.Tenant) int {
+	return int(crc32.ChecksumIEEE([]byte(t.Name)) % uint32(k))
 }
 
 // weight is shard s's part of the global limit.

@@ -1,11 +1,15 @@
 package enforcer
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
@@ -245,4 +249,215 @@ func (e *Engine) LimitsFor(r *Request) (limits [len(Levels)]*policy.Limit) {
 		limits[LevelKey.index()] = p.KeyLimit(&t, r.APIKey)
 	}
 	return limits
+}
+
+// RedisStatus is the fleet's state of one tenant's levels in Redis, in mode
+// central: what decide.lua would find there at At.
+type RedisStatus struct {
+	// At is the Redis TIME the levels were read at.
+	At time.Time
+	// Global is the plane's global bucket; in a plane split into shards,
+	// the sum of the shards' parts (each shard's part of the limit).
+	Global LimitStatus
+	// Limits are the tenant's limits as TenantStatus lists them: tenant,
+	// then endpoints, then the api keys the policy names for the tenant
+	// (its key overrides and key hashes) that have state in Redis, by
+	// their short hash. Keys the policy does not name are not listed:
+	// Redis names their state by a digest of the key, which the engine
+	// cannot enumerate without the key.
+	Limits []LimitStatus
+	// Pool is the burst pool (nil without one); Allowance the tenant's
+	// borrow allowance (nil when it may not borrow), whose burst less its
+	// remaining tokens is its debt to the pool.
+	Pool, Allowance *LimitStatus
+}
+
+// ErrNotCentral is what RedisStatusOf answers while the plane is not in
+// mode central.
+var ErrNotCentral = errors.New("the plane is not in mode central")
+
+// RedisStatusOf reads tenant's levels from Redis at Redis TIME with
+// peek.lua, which writes nothing: every decision of the fleet meets these
+// buckets, so they are the tenant's state in mode central (this node's own
+// state idles until Redis fails). A split tenant's levels are summed over
+// its parts (an api key's state lives in one part). It takes one script
+// call per shard the tenant or the global level lives in, each bounded by
+// the Redis timeout.
+func (e *Engine) RedisStatusOf(ctx context.Context, tenant string) (RedisStatus, error) {
+	c := e.central
+	if c == nil {
+		return RedisStatus{}, ErrNotCentral
+	}
+	snap := c.snap.Load()
+	if snap == nil {
+		return RedisStatus{}, ErrNotCentral
+	}
+	p := snap.policy
+	t, known := p.Tenant(tenant)
+	if !known {
+		var tier string
+		if ts := e.tenants.get(tenant); ts != nil {
+			ts.mu.Lock()
+			tier = ts.requestedTier
+			ts.mu.Unlock()
+		}
+		var ok bool
+		if t, ok = p.DefaultTenant(tenant, tier); !ok {
+			return RedisStatus{}, fmt.Errorf("tenant %q: the plane denies tenants it does not name", tenant)
+		}
+	}
+	levels := tenantLevels(snap, &t)
+	k := len(snap.shardPrefixes)
+	home, parts := 0, int64(1)
+	if k > 1 {
+		home, parts = homeShard(k, &t), max(t.Shards, 1)
+	}
+	st := RedisStatus{Global: LimitStatus{Level: LevelGlobal, Limit: *snap.global}}
+	if snap.pool != nil {
+		st.Pool = &LimitStatus{Limit: *snap.pool}
+	}
+	if p.MayBorrow(&t) {
+		st.Allowance = &LimitStatus{Limit: *snap.borrowCeiling}
+	}
+	found := make([]bool, len(levels))
+	for shard := range k {
+		part := (shard - home + k) % k
+		ofTenant := int64(part) < parts
+		read, err := c.peekShard(ctx, snap, shard, &t, levels, parts, ofTenant)
+		if err != nil {
+			return RedisStatus{}, err
+		}
+		st.At = read.at
+		st.Global.Remaining += read.global
+		if st.Pool != nil {
+			st.Pool.Remaining += read.pool
+		}
+		if !ofTenant {
+			continue
+		}
+		if st.Allowance != nil {
+			st.Allowance.Remaining += read.allowance
+		}
+		for i := range levels {
+			switch {
+			case levels[i].Level != LevelKey:
+				levels[i].Remaining += read.levels[i]
+			case read.present[i] && (!found[i] || read.levels[i] < levels[i].Remaining):
+				// A key's state lives in one part; the others read full.
+				levels[i].Remaining, found[i] = read.levels[i], true
+			}
+		}
+	}
+	for i, l := range levels {
+		if l.Level != LevelKey || found[i] {
+			st.Limits = append(st.Limits, l.LimitStatus)
+		}
+	}
+	return st, nil
+}
+
+// tenantLevel is one of a tenant's levels and how Redis names its state.
+type tenantLevel struct {
+	LimitStatus
+	redisName string // the key's name after the shard's prefix and "k:"/"t:"/"e:"
+}
+
+// tenantLevels lists t's tenant, endpoint and key levels, in TenantStatus
+// order (keys by short hash), with how Redis names each.
+func tenantLevels(snap *snapshot, t *policy.Tenant) []tenantLevel {
+	p := snap.policy
+	holder := lengthPrefixed(t.Name)
+	var out []tenantLevel
+	if t.Limit != nil {
+		out = append(out, tenantLevel{LimitStatus{Level: LevelTenant, Limit: *t.Limit}, levelKey("t:"+holder, t.Limit)})
+	}
+	for i := range snap.endpoints {
+		if lim := p.EndpointLimit(t, i); lim != nil {
+			name := snap.endpoints[i].Name
+			out = append(out, tenantLevel{LimitStatus{Level: LevelEndpoint, Name: name, Limit: *lim}, levelKey("e:"+holder+":"+name, lim)})
+		}
+	}
+	// The keys the policy names: overrides by the key, the rest by hash.
+	var keys []tenantLevel
+	overridden := make(map[string]bool, len(t.Keys))
+	for i := range t.Keys {
+		k := &t.Keys[i]
+		overridden[policy.HashKey(k.Key)] = true
+		keys = append(keys, tenantLevel{LimitStatus{Level: LevelKey, Name: policy.ShortKeyHash(k.Key), Limit: k.Limit}, levelKey("k:"+holder+":"+keyDigest(k.Key), &k.Limit)})
+	}
+	if tr, ok := p.Tier(t.Tier); ok && tr.Key != nil {
+		for _, h := range t.KeyHashes {
+			if overridden[h] {
+				continue
+			}
+			digest := strings.TrimPrefix(h, policy.KeyHashPrefix)
+			keys = append(keys, tenantLevel{LimitStatus{Level: LevelKey, Name: digest[:12], Limit: *tr.Key}, levelKey("k:"+holder+":"+digest[:32], tr.Key)})
+		}
+	}
+	slices.SortFunc(keys, func(a, b tenantLevel) int { return strings.Compare(a.Name, b.Name) })
+	return append(out, keys...)
+}
+
+// shardRead is what peek.lua read in one shard.
+type shardRead struct {
+	at                      time.Time
+	global, pool, allowance int64
+	levels                  []int64 // as tenantLevels, when the tenant lives in the shard
+	present                 []bool
+}
+
+// peekShard reads one shard's part of the global level and the pool and,
+// when ofTenant, the tenant's levels there (each the part's share of the
+// limit, for a tenant split in parts).
+func (c *central) peekShard(ctx context.Context, snap *snapshot, shard int, t *policy.Tenant, levels []tenantLevel, parts int64, ofTenant bool) (shardRead, error) {
+	prefix := snap.shardPrefixes[shard]
+	part := func(l *policy.Limit) *policy.Limit {
+		if parts <= 1 {
+			return l
+		}
+		share := l.Share(1/float64(parts), snap.maxCost)
+		return &share
+	}
+	a := &batchArgs{index: map[string]int64{}}
+	global, pool := c.shardLimits(snap, shard)
+	a.add(prefix+"g", global)
+	a.add(prefix+"pool", pool)
+	allowance := int64(0)
+	if ofTenant {
+		if snap.policy.MayBorrow(t) {
+			allowance = a.add(prefix+"a:"+lengthPrefixed(t.Name), part(snap.borrowCeiling))
+		}
+		for i := range levels {
+			lim := &levels[i].Limit
+			if levels[i].Level != LevelKey {
+				lim = part(lim)
+			}
+			a.add(prefix+levels[i].redisName, lim)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.e.settings.redisTimeout)
+	defer cancel()
+	reply, err := lua.Peek.Run(ctx, c.client, a.keys, a.limits, 0).Int64Slice()
+	if err == nil && len(reply) != 1+lua.PeekReplyFields*len(a.keys) {
+		err = fmt.Errorf("peek.lua answered %d values for %d keys", len(reply), len(a.keys))
+	}
+	if err != nil {
+		return shardRead{}, fmt.Errorf("read the plane's levels from Redis: %w", err)
+	}
+	left := func(idx int64) (int64, bool) {
+		return reply[1+lua.PeekReplyFields*(idx-1)], reply[2+lua.PeekReplyFields*(idx-1)] == 1
+	}
+	r := shardRead{at: time.UnixMicro(reply[0])}
+	r.global, _ = left(1)
+	r.pool, _ = left(2)
+	if allowance > 0 {
+		r.allowance, _ = left(allowance)
+	}
+	if ofTenant {
+		r.levels, r.present = make([]int64, len(levels)), make([]bool, len(levels))
+		for i := range levels {
+			r.levels[i], r.present[i] = left(a.index[prefix+levels[i].redisName])
+		}
+	}
+	return r, nil
 }
