@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -108,6 +109,7 @@ func run() error {
 		oracle      = flag.Bool("oracle", false, "check every decision against load.BucketOracle, an independent model (-virtual, mode local, fairness none, no burst pool)")
 		o           policy.Overrides
 		reconcileMs = flag.Int64("reconcile-ms", 0, "override the plane's reconcile interval, ms")
+		routing     = flag.String("routing", "round-robin", "how requests reach the nodes: "+strings.Join(load.Routings, ", "))
 	)
 	flag.Uint64Var(&p.Seed, "seed", p.Seed, "seed: the same seed and flags offer the same requests")
 	flag.IntVar(&p.Tenants, "tenants", p.Tenants, "tenants")
@@ -127,6 +129,9 @@ func run() error {
 	eps, err := parseMix(*mix)
 	if err != nil {
 		return err
+	}
+	if !slices.Contains(load.Routings, *routing) {
+		return fmt.Errorf("-routing %q: use one of %s", *routing, strings.Join(load.Routings, ", "))
 	}
 	p.Endpoints, p.Spikes = eps, sp
 	if *reconcileMs > 0 {
@@ -192,7 +197,7 @@ func run() error {
 	}
 	defer t.Close()
 
-	opts := load.Options{Virtual: *virtual, Workers: *workers, Warmup: *warmup}
+	opts := load.Options{Virtual: *virtual, Workers: *workers, Warmup: *warmup, Routing: *routing}
 	if !*quiet {
 		opts.Progress = os.Stderr
 	}

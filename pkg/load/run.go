@@ -34,6 +34,31 @@ type Options struct {
 	Oracle Oracle
 	// Progress, when set, gets a line every second of the run.
 	Progress io.Writer
+	// Routing is how requests reach a fleet's nodes (Routings): round
+	// robin by default.
+	Routing string
+}
+
+// Routings are the ways Options.Routing sends requests to a fleet's
+// nodes: in turn whatever their tenant ("round-robin", a balancer's
+// default); every request of a tenant to one node ("pinned", a balancer
+// that hashes by tenant); or nine in ten to the tenant's node and the tenth
+// to the next ("skewed").
+var Routings = []string{"round-robin", "pinned", "skewed"}
+
+// route picks the node of the n-th request of a worker for tenant, of
+// nodes; next is the worker's round-robin turn.
+func route(routing string, tenant int, n int64, next, nodes int) int {
+	switch routing {
+	case "pinned":
+		return tenant % nodes
+	case "skewed":
+		if n%10 == 9 {
+			return (tenant + 1) % nodes
+		}
+		return tenant % nodes
+	}
+	return next
 }
 
 // Oracle is an independent model of the engine's decisions.
@@ -220,7 +245,7 @@ func (w *worker) run(ctx context.Context, s *stream, c *counts, start time.Time,
 			}
 			sec.Lag.Add(max(began.Sub(due), 0))
 		}
-		d, err := w.t.Decide(ctx, node, now, req)
+		d, err := w.t.Decide(ctx, route(w.o.Routing, a.tenant, n, node, nodes), now, req)
 		took := time.Since(began)
 		node++
 		if node == nodes {
