@@ -200,7 +200,11 @@ func run() error {
 		go loader.Report(ctx, policies, metrics.Decisions, time.Second)
 	}
 	apiHandler.Set(server.NewAPI(engine, metrics))
-	adminHandler.Set(server.NewAdmin(engine, metrics, loader.Ready))
+	var adminOpts []server.AdminOption
+	if policies != nil {
+		adminOpts = append(adminOpts, server.WithFleet(policies)) // the fleet's reports, in /quota/debug
+	}
+	adminHandler.Set(server.NewAdmin(engine, metrics, loader.Ready, adminOpts...))
 	if gw != nil {
 		gw.SetEngine(engine, metrics.Observe)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -10,13 +11,38 @@ import (
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/store"
 )
+
+// FleetReports reads what the plane's enforcers reported (store.Store).
+type FleetReports interface {
+	Enforcers(ctx context.Context) ([]store.EnforcerReport, error)
+}
+
+// AdminOption configures NewAdmin.
+type AdminOption func(*adminConfig)
+
+type adminConfig struct {
+	fleet FleetReports
+}
+
+// WithFleet has /quota/debug show the fleet, in the distributed modes, from
+// the enforcers' reports in Redis (reload.Loader.Report writes them).
+func WithFleet(f FleetReports) AdminOption { return func(c *adminConfig) { c.fleet = f } }
+
+// debugReadTimeout bounds the Redis reads of one /quota/debug.
+const debugReadTimeout = 2 * time.Second
 
 // NewAdmin returns the handler of the admin listener, which operators and
 // probes use and which must not face clients: GET /healthz (the process
 // serves), GET /readyz (ready reports a good policy loaded), GET /metrics
-// (Prometheus) and GET /quota/debug?tenant=X (the tenant's live state).
-func NewAdmin(e *enforcer.Engine, m *Metrics, ready func() bool) http.Handler {
+// (Prometheus) and GET /quota/debug?tenant=X (the tenant's live state and,
+// in the distributed modes, the fleet's).
+func NewAdmin(e *enforcer.Engine, m *Metrics, ready func() bool, opts ...AdminOption) http.Handler {
+	var cfg adminConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, struct {
@@ -34,7 +60,7 @@ func NewAdmin(e *enforcer.Engine, m *Metrics, ready func() bool) http.Handler {
 		}{"ready", e.Policy().Version()})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /quota/debug", func(w http.ResponseWriter, r *http.Request) { debug(w, r, e) })
+	mux.HandleFunc("GET /quota/debug", func(w http.ResponseWriter, r *http.Request) { debug(w, r, e, &cfg) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the admin listener serves GET /healthz, /readyz, /metrics and /quota/debug?tenant=X", r.URL.Path))
 	})
@@ -58,9 +84,39 @@ type debugView struct {
 	PolicyVersion int64            `json:"policyVersion"`
 	Backend       string           `json:"backend"`
 	Degraded      bool             `json:"degraded"`
-	// LimitsNote says whose state the limits\' remaining tokens are.
-	LimitsNote string       `json:"limitsNote"`
-	Recent     []debugEntry `json:"recentDecisions"`
+	// LimitsNote says whose state the limits' remaining tokens are.
+	LimitsNote string `json:"limitsNote"`
+	// LimitsReadAt is the Redis TIME the limits were read at, in mode
+	// central.
+	LimitsReadAt *time.Time  `json:"limitsReadAt,omitempty"`
+	Recent       []debugEntry `json:"recentDecisions"`
+	// Fleet is the plane's enforcers, in the distributed modes.
+	Fleet *debugFleet `json:"fleet,omitempty"`
+}
+
+// debugFleet is the plane's enforcers as their reports in Redis say.
+type debugFleet struct {
+	// LiveNodes counts the nodes whose heartbeats are live, as this node
+	// last heard (it sizes each node's share of the limits).
+	LiveNodes int64           `json:"liveNodes"`
+	Enforcers []debugEnforcer `json:"enforcers"`
+	// Error says why the reports could not be read; the list then holds
+	// this enforcer alone.
+	Error string `json:"error,omitempty"`
+}
+
+type debugEnforcer struct {
+	ID string `json:"id"`
+	// Self marks the enforcer that answers; its entry is its state now,
+	// and Reported says whether Redis holds its report.
+	Self            bool    `json:"self,omitempty"`
+	Reported        bool    `json:"reported"`
+	PolicyVersion   int64   `json:"policyVersion"`
+	Mode            string  `json:"mode,omitempty"`     // absent: an enforcer too old to report it
+	Degraded        *bool   `json:"degraded,omitempty"` // absent when not reported
+	DecisionsPerSec float64 `json:"decisionsPerSecond"`
+	// ReportUntil is when the report lapses unless renewed.
+	ReportUntil *time.Time `json:"reportUntil,omitempty"`
 }
 
 type debugLimit struct {
@@ -81,7 +137,7 @@ type debugEntry struct {
 	Reason   string    `json:"reason,omitempty"`
 }
 
-func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine) {
+func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *adminConfig) {
 	name := r.URL.Query().Get("tenant")
 	switch {
 	case name == "":
@@ -92,22 +148,54 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine) {
 		return
 	}
 	now := time.Now()
+	b := e.BackendStatus()
 	s, ok := e.TenantStatusAt(now, name)
+	if !ok && b.Mode == "central" && !b.Degraded {
+		// The fleet's state is in Redis, whichever enforcer decided.
+		p := e.Policy()
+		t, known := p.Tenant(name)
+		if !known {
+			t, ok = p.DefaultTenant(name, "")
+		}
+		ok = ok || known
+		s = enforcer.TenantStatus{Tenant: name, Known: known, Tier: t.Tier, Weight: t.Weight, MayBorrow: p.MayBorrow(&t), PolicyVersion: p.Version()}
+	}
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no state for tenant %q on this enforcer: it has not sent a request here since its state was last forgotten", name))
 		return
 	}
-	b := e.BackendStatus()
 	v := debugView{
 		Tenant: s.Tenant, Known: s.Known, Tier: s.Tier, Weight: s.Weight, MayBorrow: s.MayBorrow,
 		BorrowDebt: s.Debt, DemandPerSec: s.Demand, Admitted: s.Admitted, Borrowed: s.Borrowed,
 		Denied: map[string]int64{}, PolicyVersion: s.PolicyVersion, Backend: b.Mode, Degraded: b.Degraded,
 		Limits: []debugLimit{}, Recent: []debugEntry{},
 	}
-	switch {
-	case b.Mode == "central" && !b.Degraded:
+	ctx, cancel := context.WithTimeout(r.Context(), debugReadTimeout)
+	defer cancel()
+	var redisErr error
+	if b.Mode == "central" && !b.Degraded {
 		// Redis holds the state; this node's own is idle until Redis fails.
-		v.LimitsNote = "mode central: the limits' state is in Redis and not shown here; counters and recent decisions are this enforcer's"
+		var st enforcer.RedisStatus
+		if st, redisErr = e.RedisStatusOf(ctx, name); redisErr == nil {
+			v.LimitsNote = "mode central: the fleet's state in Redis, read without changing it; counters and recent decisions are this enforcer's"
+			v.LimitsReadAt = &st.At
+			v.Limits = append(v.Limits, debugLimit{Level: string(enforcer.LevelGlobal), Limit: st.Global.Limit.String(), Remaining: st.Global.Remaining})
+			for _, l := range st.Limits {
+				v.Limits = append(v.Limits, debugLimit{Level: string(l.Level), Name: l.Name, Limit: l.Limit.String(), Remaining: l.Remaining})
+			}
+			if st.Pool != nil {
+				v.Limits = append(v.Limits, debugLimit{Level: "burstPool", Limit: st.Pool.Limit.String(), Remaining: st.Pool.Remaining})
+			}
+			if st.Allowance != nil {
+				v.Limits = append(v.Limits, debugLimit{Level: "borrowAllowance", Limit: st.Allowance.Limit.String(), Remaining: st.Allowance.Remaining})
+				v.BorrowDebt = st.Allowance.Limit.Burst - st.Allowance.Remaining
+			}
+		}
+	}
+	switch {
+	case b.Mode == "central" && !b.Degraded && redisErr == nil:
+	case b.Mode == "central" && !b.Degraded:
+		v.LimitsNote = "mode central: the fleet's state in Redis could not be read (" + redisErr.Error() + "); counters and recent decisions are this enforcer's"
 	default:
 		v.LimitsNote = "this enforcer's state"
 		if b.Mode != "local" {
@@ -130,5 +218,48 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine) {
 		v.Recent = append(v.Recent, debugEntry{At: t.At, Endpoint: t.Endpoint, KeyHash: t.KeyHash, Cost: t.Cost, Borrowed: t.Borrowed,
 			Allowed: t.Allow, Level: string(t.Level), Reason: t.Reason})
 	}
+	if b.Mode != "local" {
+		v.Fleet = fleetView(ctx, e, b, cfg.fleet)
+	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// fleetView is the plane's enforcers from their reports, with this one's
+// state now in its own entry (listed also when Redis holds no report of it:
+// a degraded enforcer may not reach Redis to report).
+func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus, reports FleetReports) *debugFleet {
+	f := &debugFleet{LiveNodes: b.Nodes, Enforcers: []debugEnforcer{}}
+	var live []store.EnforcerReport
+	var err error
+	if reports == nil {
+		err = fmt.Errorf("this enforcer does not read the fleet's reports: it loads its policy from files, not from the plane's Redis store")
+	} else {
+		live, err = reports.Enforcers(ctx)
+	}
+	if err != nil {
+		f.Error = err.Error()
+	}
+	degraded := b.Degraded
+	self := debugEnforcer{ID: e.NodeID(), Self: true, PolicyVersion: e.Policy().Version(), Mode: b.Mode, Degraded: &degraded}
+	for _, r := range live {
+		if r.ID == e.NodeID() {
+			self.Reported, self.DecisionsPerSec = true, r.DecisionsPerSec
+			until := r.Until
+			self.ReportUntil = &until
+			f.Enforcers = append(f.Enforcers, self)
+			continue
+		}
+		entry := debugEnforcer{ID: r.ID, Reported: true, PolicyVersion: r.PolicyVersion, Mode: r.Mode, DecisionsPerSec: r.DecisionsPerSec}
+		until := r.Until
+		entry.ReportUntil = &until
+		if r.Mode != "" {
+			d := r.Degraded
+			entry.Degraded = &d
+		}
+		f.Enforcers = append(f.Enforcers, entry)
+	}
+	if !self.Reported {
+		f.Enforcers = append(f.Enforcers, self)
+	}
+	return f
 }
