@@ -64,11 +64,26 @@ func (c *compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		c.metrics.forget(ns)
 		return ctrl.Result{}, nil
 	}
-	secrets, err := c.keySecrets(ctx, ns, objs)
+	previous := c.verdicts.get(ns)
+	if previous == nil || !previous.inForceKnown {
+		// The first compile of this namespace in this process (or the
+		// store could not be read before): what is in force, and the specs
+		// it was compiled from, come from the store.
+		restored := restore(ctx, ns, primaryPlane(objs), c.stores.get)
+		if previous == nil || restored.inForceKnown {
+			previous = restored
+		}
+	}
+	// The Secrets of the specs in force too: a held TenantQuota's last
+	// valid spec may name another Secret than its current one.
+	specs := slices.Clip(objs)
+	for _, rec := range previous.inForce {
+		specs = append(specs, rec.obj)
+	}
+	secrets, err := c.keySecrets(ctx, ns, specs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	previous := c.verdicts.get(ns)
 	v, published, err := compilePlane(ctx, ns, append(slices.Clip(objs), secrets...), previous, c.stores.get)
 	c.verdicts.set(ns, v)
 	c.metrics.record(v)
@@ -90,7 +105,7 @@ func (c *compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		log.FromContext(ctx).Info("published", "plane", ns+"/"+v.planeName, "version", v.version, "hash", v.hash)
 		c.recorder.Eventf(plane, nil, "Normal", "Published", "Publish", "published policy version %d (hash %.12s)", v.version, v.hash)
 	}
-	if previous == nil || !reflect.DeepEqual(*previous, *v) {
+	if !reflect.DeepEqual(*previous, *v) {
 		for _, o := range objs {
 			c.pokes[kindOf(o)] <- event.GenericEvent{Object: o.(client.Object)}
 		}

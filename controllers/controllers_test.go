@@ -119,36 +119,14 @@ func TestManager(t *testing.T) {
 		if _, named := p.Tenant("hooli"); p.Version() != version || named {
 			t.Fatalf("Redis holds version %d (hooli in it: %t); want version %d unchanged", p.Version(), named, version)
 		}
-		// A plane-level problem: a second QuotaPlane. Nothing new is
-		// published and every object says why.
-		second := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "second"},
-			Spec: v1alpha1.QuotaPlaneSpec{Global: v1alpha1.Limit{Rate: 1}, Tiers: []v1alpha1.Tier{{Name: "only"}}}}
-		if err := env.Client.Create(ctx, second); err != nil {
-			t.Fatal(err)
-		}
-		ep := &v1alpha1.EndpointQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "read"}}
-		eventually(t, 10*time.Second, "the plane's objects say the plane does not compile", func() bool {
-			get(t, env, ep)
-			get(t, env, plane)
-			c, pc := ready(ep), ready(plane)
-			return c != nil && c.Reason == ReasonPlaneInvalid && pc != nil && pc.Reason == ReasonInvalid
-		})
-		if c := ready(ep); !strings.Contains(c.Message, "version "+itoa(version)+" stays in force") || ep.Status.PolicyVersion != version {
-			t.Errorf("EndpointQuota condition %q, policyVersion %d; want the version in force, %d", c.Message, ep.Status.PolicyVersion, version)
-		}
-		if p := current(t, r, ns+"/main"); p.Version() != version {
-			t.Fatalf("a plane-level problem published version %d", p.Version())
-		}
-		if err := env.Client.Delete(ctx, second); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 10*time.Second, "the plane is Ready again", func() bool {
-			get(t, env, ep)
-			c := ready(ep)
-			return c != nil && c.Status == metav1.ConditionTrue
-		})
 		waitEvent(t, env, ns, corev1.EventTypeWarning, "Rejected", "hooli")
 	})
+
+	t.Run("an invalid edit keeps the last valid version in force", func(t *testing.T) { testTypoIsHeld(t, env, r) })
+	t.Run("a tier rename that would orphan objects is held until they move", func(t *testing.T) { testTierRenameIsHeld(t, env, r) })
+	t.Run("a second QuotaPlane is a Duplicate and the first stays in force", func(t *testing.T) { testDuplicatePlane(t, env, r) })
+	t.Run("Enforced follows the fleet's reports", func(t *testing.T) { testEnforced(t, env, r) })
+	t.Run("a mode local plane is kept at one enforcer", func(t *testing.T) { testLocalModeOneReplica(t, env, r) })
 
 	t.Run("a tenant's api keys come from its Secret, as hashes only", func(t *testing.T) {
 		ns := namespace(t, env, "keys")
@@ -215,18 +193,13 @@ func TestManager(t *testing.T) {
 		objs := samples(t, ns)
 		for _, o := range objs {
 			if qp, ok := o.(*v1alpha1.QuotaPlane); ok {
+				// A distributed mode: a local plane is kept at one enforcer.
+				qp.Spec.Mode = v1alpha1.ModeLocalReconciled
 				qp.Spec.Enforcer = v1alpha1.EnforcerFleet{DeploymentName: "enforcer", MinReplicas: 2, MaxReplicas: 8, TargetRatePerReplica: 1000}
 			}
 		}
 		create(t, env, objs)
-		labels := map[string]string{"app": "enforcer"}
-		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enforcer"},
-			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "enforcer", Image: "quotaplane-enforcer"}}}}}}
-		if err := env.Client.Create(ctx, dep); err != nil {
-			t.Fatal(err)
-		}
+		dep := enforcerDeployment(t, env, ns, 1)
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
 		replicas := func() int32 { get(t, env, dep); return *dep.Spec.Replicas }
 		eventually(t, 20*time.Second, "no reports: the fleet is raised to minReplicas", func() bool {
@@ -275,18 +248,25 @@ func TestManager(t *testing.T) {
 	})
 
 	// Next to last: it empties Redis under every plane.
-	t.Run("a Redis that lost its data gets the plane back", func(t *testing.T) {
+	t.Run("a Redis that lost its data gets the plane back, at a higher version", func(t *testing.T) {
 		ns := namespace(t, env, "flushed")
 		create(t, env, samples(t, ns))
 		want := samplePolicy(t, ns)
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
-		waitPublished(t, env, r, want, plane)
+		before := waitPublished(t, env, r, want, plane)
 		if err := r.Client().FlushAll(ctx).Err(); err != nil { // a restart without persistence
 			t.Fatal(err)
 		}
 		eventually(t, 10*time.Second, "the plane is published again, unchanged and with no object changed", func() bool {
 			p := current(t, r, ns+"/main")
 			return p != nil && p.Hash() == want.Hash()
+		})
+		if p := current(t, r, ns+"/main"); p.Version() != before+1 {
+			t.Fatalf("after Redis lost version %d, it was published again as version %d; want %d: versions only grow", before, p.Version(), before+1)
+		}
+		eventually(t, 10*time.Second, "the status names the new version", func() bool {
+			get(t, env, plane)
+			return plane.Status.PublishedVersion == before+1
 		})
 	})
 
@@ -295,10 +275,31 @@ func TestManager(t *testing.T) {
 		ns := namespace(t, env, "outage")
 		create(t, env, samples(t, ns))
 		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
-		waitPublished(t, env, r, samplePolicy(t, ns), tq)
-		r.Stop()
-		update(t, env, tq, func() { tq.Spec.Limit.Rate = 777 })
+		version := waitPublished(t, env, r, samplePolicy(t, ns), tq)
+		s, err := store.New(r.Client(), ns+"/main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Report(ctx, "enforcer-a", version, 1, time.Hour); err != nil {
+			t.Fatal(err)
+		}
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+		eventually(t, 10*time.Second, "one enforcer runs the plane", func() bool {
+			get(t, env, plane)
+			c := condition(plane, v1alpha1.ConditionEnforced)
+			return plane.Status.EnforcersReady == 1 && c != nil && c.Status == metav1.ConditionTrue
+		})
+		r.Stop()
+		// The report (valid for an hour) cannot be read: no stale count.
+		eventually(t, 20*time.Second, "the fleet is unknown while Redis is away", func() bool {
+			get(t, env, plane)
+			c := condition(plane, v1alpha1.ConditionEnforced)
+			return plane.Status.EnforcersReady == 0 && c != nil && c.Status == metav1.ConditionUnknown && c.Reason == "FleetUnknown"
+		})
+		if status, _ := argoHealth(t, plane, "fleet-unknown"); status != "Degraded" {
+			t.Errorf("Argo CD health while the fleet cannot be read: %s, want Degraded", status)
+		}
+		update(t, env, tq, func() { tq.Spec.Limit.Rate = 777 })
 		eventually(t, 20*time.Second, "the objects say the publish failed", func() bool {
 			get(t, env, tq)
 			get(t, env, plane)
@@ -320,6 +321,20 @@ func TestManager(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// enforcerDeployment creates a Deployment named enforcer in ns with replicas.
+func enforcerDeployment(t *testing.T, env *testenv.Env, ns string, replicas int32) *appsv1.Deployment {
+	t.Helper()
+	labels := map[string]string{"app": "enforcer"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enforcer"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "enforcer", Image: "quotaplane-enforcer"}}}}}}
+	if err := env.Client.Create(context.Background(), dep); err != nil {
+		t.Fatal(err)
+	}
+	return dep
+}
 
 // samplePolicy is Compile of the samples in ns.
 func samplePolicy(t *testing.T, ns string) *policy.Policy {

@@ -28,13 +28,52 @@
 //
 // # What reaches the enforcers
 //
-// Compile leaves out every object with a problem, and the object's Ready
-// condition says what is wrong and how to fix it. A problem with the plane
-// itself (no QuotaPlane, two of them, an invalid tier) compiles to nothing:
-// the last good version stays published and every object of the namespace
-// says so. Deleting an object removes it from the next version. Deleting the
-// QuotaPlane leaves the last version in Redis, so enforcers keep enforcing
-// it; that is deliberate (a missing plane must not lift every limit).
+// No edit silently lowers a limit. An object is in force when the published
+// version was compiled from it; the compiler remembers the spec of each
+// object in force (uid, generation, spec). When an edit of such an object
+// does not compile, the last valid spec is compiled in its place: the
+// object is held, its Ready condition is False with reason Held, says what
+// is wrong and that "the last valid version (generation N) stays in force
+// until this is fixed". A typo in a tenant's tier no longer drops the
+// tenant to the default tier. An object that was never in force (new, or
+// deleted and created again: another uid) is left out, Ready=False reason
+// Invalid, as before.
+//
+// A QuotaPlane edit that would orphan objects in force (a tier renamed or
+// removed that tenants, endpoints or the burst pool use; shards lowered
+// below a tenant's) is refused, not half-applied: the plane's last valid
+// spec stays in force, its Ready condition (reason Held) names each object
+// to change first and why, and once they fit the new spec (each one is held
+// meanwhile if it names what only the new spec has) the edit goes through.
+// The other choice, keeping those tenants on a tier the plane no longer
+// defines, would publish a policy no object describes. An invalid
+// QuotaPlane edit is held too, so it does not freeze the other objects'
+// edits.
+//
+// The specs in force survive a manager restart: each publish stores them in
+// Redis beside the version, in the same atomic call (store.WithSources), and
+// a manager without a verdict for a namespace reads them back before its
+// first compile. If Redis loses its data while no manager runs, they are
+// lost with the policy, and an invalid edit is left out at the next compile
+// (the Ready condition says Invalid); while a manager runs, it writes them
+// back with the plane.
+//
+// The QuotaPlane's status counts the objects rejected (rejectedObjects) and
+// held (heldObjects); kubectl get shows both, and the Reason column of the
+// other kinds shows Held or Invalid. A ValidatingAdmissionPolicy
+// (config/admission) refuses a TenantQuota whose tier the namespace's
+// QuotaPlane does not define before it reaches the compiler.
+//
+// A namespace holds one plane: its oldest QuotaPlane (by creationTimestamp,
+// the name breaking ties) is compiled; any other is not, and says so (Ready
+// False, reason Duplicate, naming the one in force), so a stray second
+// QuotaPlane no longer freezes the plane. A problem with the plane as a
+// whole that cannot be held (no QuotaPlane, an invalid plane never in
+// force) compiles to nothing: the last good version stays published and
+// every object says so. Deleting an object removes it from the next
+// version. Deleting the QuotaPlane leaves the last version in Redis, so
+// enforcers keep enforcing it; that is deliberate (a missing plane must not
+// lift every limit).
 //
 // Objects applied together (kubectl apply -f of a directory) arrive one by
 // one, so the compiler may publish a few intermediate versions on the way;
@@ -46,9 +85,40 @@
 // maxRetryDelay, and the objects say PublishFailed meanwhile. A reconcile
 // that succeeds comes back after Options.Resync (10 s) whatever happens, and
 // publishes again if Redis no longer holds the content: a Redis restarted
-// without persistence gets its planes back. A manager that starts while a
-// plane does not compile reads the version in force from the store, so the
-// objects name it and the fleet keeps being scaled for it.
+// without persistence gets its planes back. Versions only grow: every
+// publish names a floor (store.Above), the higher of the last version this
+// process published and the QuotaPlane's status.publishedVersion, so the
+// version after a data loss is above both, never 1 again. A manager that
+// starts while a plane does not compile reads the version in force from the
+// store, so the objects name it and the fleet keeps being scaled for it.
+//
+// # Status GitOps can trust
+//
+// Ready=True on the QuotaPlane means valid and published. Enforced means
+// the fleet runs it: True when every live enforcer of the plane reports the
+// published version loaded (and at least one reports), False with reason
+// RollingOut (naming the lagging ones), NoEnforcers or NotPublished, and
+// Unknown with reason FleetUnknown while the reports cannot be read (Redis
+// away), when enforcersReady is 0 rather than a stale count. All live
+// enforcers, not the desired replicas: a pod that starts after a publish
+// loads the current version before it reports, so a scale-up does not
+// un-enforce the plane, while a pod stuck on an older version does. A report
+// lapses when its enforcer stops renewing it. For kstatus (Flux) the plane
+// also carries Reconciling and Stalled; config/argocd holds an Argo CD
+// health check (docs/gitops.md).
+//
+// # Enforcer fleet
+//
+// The QuotaPlane's controller scales the Deployment spec.enforcer names
+// (see fleet.go), except that a mode local plane is kept at one replica
+// whatever its spec asks: each enforcer of a local plane decides every
+// request alone with the whole of every limit, so N replicas behind one
+// Service would admit up to N times each limit. The Scaled condition says so
+// (reason LocalMode), and by how much the limits are multiplied while more
+// than one enforcer still runs the plane. Refusing, rather than only
+// warning, makes the unsafe fleet impossible to get by default; per-pod
+// limits remain possible without spec.enforcer (the manager then scales
+// nothing).
 //
 // All controllers run only on the elected leader, so two managers never
 // publish or scale at the same time.

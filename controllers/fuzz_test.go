@@ -28,13 +28,15 @@ const fuzzNamespace = "fuzz"
 // like successive reconciles of one namespace. It must never panic, and
 // after every input:
 //
-//   - the verdict covers every input object at its generation, and nothing else;
+//   - the verdict covers every input object at its generation, and nothing
+//     else, and names the oldest QuotaPlane as the plane;
 //   - a compiled plane is in Redis at the verdict's version and hash, as a new
-//     version exactly when its content changed;
+//     version exactly when its content changed; without held objects, it is
+//     Compile of the inputs (the namespace's plane only);
 //   - a plane that does not compile publishes nothing, and the verdict keeps
 //     naming the version still in force;
 //   - what Redis holds leaves out every object the verdict rejects and holds
-//     every other one.
+//     every other one, a held object as its spec in force.
 func FuzzCompilePublish(f *testing.F) {
 	dir := filepath.Join(testenv.Root(), "config", "samples")
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -102,8 +104,9 @@ func FuzzCompilePublish(f *testing.F) {
 		for _, o := range objs {
 			o.(client.Object).SetNamespace(fuzzNamespace)
 		}
-		// Compile is deterministic: what compilePlane compiles.
-		want, _ := policy.Compile(objs)
+		// Compile is deterministic: what compilePlane compiles when no
+		// object is held (other QuotaPlanes than the oldest are not compiled).
+		want, _ := policy.Compile(onlyPrimaryPlane(objs))
 		var before *policy.Policy
 		if want != nil && store.ValidatePlane(want.ID()) == nil {
 			before = currentPolicy(t, rc, want.ID())
@@ -117,6 +120,19 @@ func FuzzCompilePublish(f *testing.F) {
 		var kept verdict // what a verdict that publishes nothing keeps of the previous one
 		if previous != nil {
 			kept = *previous
+		}
+		_, held := v.counts()
+		if held > 0 && len(v.planeProblems) == 0 && err == nil {
+			// What is compiled differs from Compile of the inputs: check
+			// Redis against the verdict, and what it holds against the
+			// specs the verdict says are in force.
+			got := currentPolicy(t, rc, v.publishedPlaneID())
+			if got == nil || got.Version() != v.version || got.Hash() != v.hash {
+				t.Fatalf("verdict names version %d (hash %s) with %d held objects; Redis holds %s", v.version, v.hash, held, describe(got))
+			}
+			checkPublishedObjects(t, objs, v, got)
+			previous, inForce = v, v.publishedPlaneID()
+			return
 		}
 		switch {
 		case want == nil:
@@ -204,11 +220,11 @@ func checkVerdictObjects(t *testing.T, objs []runtime.Object, v *verdict) {
 		}
 	}
 	wantPlane := ""
-	if len(planes) == 1 {
-		wantPlane = planes[0]
+	if p := primaryPlane(objs); p != nil {
+		wantPlane = p.Name
 	}
 	if v.planeName != wantPlane {
-		t.Fatalf("the verdict names plane %q; the input has QuotaPlanes %q (a plane is named only when it is the only one)", v.planeName, planes)
+		t.Fatalf("the verdict names plane %q; the input has QuotaPlanes %q (the plane is the oldest, by name among equals)", v.planeName, planes)
 	}
 	for key, generation := range want {
 		c, ok := v.objects[key]
@@ -224,18 +240,41 @@ func checkVerdictObjects(t *testing.T, objs []runtime.Object, v *verdict) {
 	}
 }
 
+// onlyPrimaryPlane is objs without the QuotaPlanes that are not the
+// namespace's plane.
+func onlyPrimaryPlane(objs []runtime.Object) []runtime.Object {
+	primary := primaryPlane(objs)
+	var out []runtime.Object
+	for _, o := range objs {
+		if qp, ok := o.(*v1alpha1.QuotaPlane); ok && qp.Name != primary.Name {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// publishedPlaneID is the store name of the plane v's version belongs to.
+func (v *verdict) publishedPlaneID() string { return v.namespace + "/" + v.publishedPlane }
+
 // checkPublishedObjects checks that the published policy p holds the
-// tenants, endpoints and burst pool of the objects v accepts, and none that
-// only rejected objects name.
+// tenants, endpoints and burst pool of the objects v accepts (a held one
+// as its spec in force), and none that only rejected objects name.
 func checkPublishedObjects(t *testing.T, objs []runtime.Object, v *verdict, p *policy.Policy) {
 	t.Helper()
-	accepted := func(o runtime.Object) bool {
-		return len(v.objects[objectKey{kindOf(o), o.(client.Object).GetName()}].problems) == 0
-	}
 	tenants, endpoints := map[string]bool{}, map[string]bool{} // name: named by an accepted object
 	pool := false
 	for _, o := range objs {
-		ok := accepted(o)
+		key := objectKey{kindOf(o), o.(client.Object).GetName()}
+		c := v.objects[key]
+		ok := len(c.problems) == 0 || c.held > 0
+		if c.held > 0 {
+			rec, in := v.inForce[key]
+			if !in || rec.generation != c.held {
+				t.Fatalf("%s %s is held at generation %d, but the specs in force have %+v", key.kind, key.name, c.held, rec)
+			}
+			o = rec.obj
+		}
 		switch o := o.(type) {
 		case *v1alpha1.QuotaPlane:
 			if !ok {

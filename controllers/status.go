@@ -27,6 +27,14 @@ const (
 	// ReasonPublishFailed: the plane compiled but Redis did not take it; the
 	// manager retries with backoff.
 	ReasonPublishFailed = "PublishFailed"
+	// ReasonHeld: the object's current generation does not compile (or, for
+	// a QuotaPlane, would take objects in force out of the policy), and its
+	// last valid generation stays in force in its place; the message says
+	// what to fix.
+	ReasonHeld = "Held"
+	// ReasonDuplicate: a QuotaPlane that is not its namespace's plane (a
+	// namespace holds one; the oldest is in force). It is not compiled.
+	ReasonDuplicate = "Duplicate"
 )
 
 // maxMessage bounds a condition's message (the API allows 32768 bytes).
@@ -50,7 +58,24 @@ func desiredStatus(v *verdict, kind string, obj client.Object, old *v1alpha1.Quo
 	if v.version > 0 {
 		inForce = fmt.Sprintf("version %d stays in force", v.version)
 	}
+	inPolicy := v.version > 0 && v.publishedPlane == v.planeName
 	switch {
+	case c.duplicateOf != "":
+		cond.Reason = ReasonDuplicate
+		cond.Message = fmt.Sprintf("QuotaPlane %s is this namespace's plane (the oldest) and stays in force; this one is not compiled: a namespace holds one QuotaPlane, so delete this one or move what it should change into %s", c.duplicateOf, c.duplicateOf)
+		st.PolicyVersion = 0
+	case c.held > 0 && len(c.orphans) > 0:
+		cond.Reason = ReasonHeld
+		cond.Message = fmt.Sprintf("this edit would take objects in force out of the policy: %s; change them to fit it first; the last valid version (generation %d) stays in force until then", strings.Join(c.orphans, ", "), c.held)
+		if inPolicy {
+			st.PolicyVersion = v.version
+		}
+	case c.held > 0:
+		cond.Reason = ReasonHeld
+		cond.Message = fmt.Sprintf("%s; the last valid version (generation %d) stays in force until this is fixed", strings.Join(c.problems, "; "), c.held)
+		if inPolicy {
+			st.PolicyVersion = v.version
+		}
 	case len(c.problems) > 0:
 		// Left out of the policy, so no version includes it.
 		cond.Reason = ReasonInvalid
@@ -107,24 +132,31 @@ func writeStatus[S any](ctx context.Context, c client.Client, rec events.EventRe
 		return nil
 	}
 	before := obj.DeepCopyObject().(client.Object)
-	wasRejected := rejection(statusOf(before).Conditions)
+	_, wasRejected := rejection(statusOf(before).Conditions)
 	set()
 	if err := c.Status().Patch(ctx, obj, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("write the status of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 	}
-	if msg := rejection(statusOf(obj).Conditions); msg != "" && msg != wasRejected {
-		rec.Eventf(obj, nil, "Warning", "Rejected", "Compile", "%s", msg)
+	if reason, msg := rejection(statusOf(obj).Conditions); msg != "" && msg != wasRejected {
+		rec.Eventf(obj, nil, "Warning", reason, "Compile", "%s", msg)
 	}
 	return nil
 }
 
-// rejection is the message of a Ready condition with reason Invalid, or "".
-func rejection(conds []metav1.Condition) string {
+// rejection is the Event reason and message of a Ready condition that
+// refuses the object's current generation (reason Invalid or Duplicate:
+// Rejected; Held: Held), or "".
+func rejection(conds []metav1.Condition) (reason, message string) {
 	c := meta.FindStatusCondition(conds, v1alpha1.ConditionReady)
-	if c == nil || c.Reason != ReasonInvalid {
-		return ""
+	switch {
+	case c == nil:
+		return "", ""
+	case c.Reason == ReasonInvalid, c.Reason == ReasonDuplicate:
+		return "Rejected", c.Message
+	case c.Reason == ReasonHeld:
+		return "Held", c.Message
 	}
-	return c.Message
+	return "", ""
 }
 
 // statusOf is the QuotaStatus of a quota object (nil for other kinds).

@@ -45,6 +45,7 @@ type BurstPoolSpec struct {
 // +kubebuilder:printcolumn:name="Ceiling",type=integer,JSONPath=`.spec.perTenantCeiling`
 // +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.status.policyVersion`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BurstPool struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -112,6 +112,7 @@ type EndpointQuotaSpec struct {
 // +kubebuilder:printcolumn:name="Cost",type=integer,JSONPath=`.spec.cost`
 // +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.status.policyVersion`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type EndpointQuota struct {
 	metav1.TypeMeta   `json:",inline"`

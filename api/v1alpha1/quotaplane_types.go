@@ -265,6 +265,22 @@ type QuotaPlaneSpec struct {
 	Enforcer EnforcerFleet `json:"enforcer,omitempty"`
 }
 
+// Conditions of the QuotaPlane besides Ready.
+const (
+	// ConditionEnforced is True when every enforcer that reports on the
+	// plane runs its published version (and at least one does), False while
+	// the fleet rolls out or none reports, Unknown while the reports cannot
+	// be read. Ready says the plane is valid and published; Enforced says
+	// the fleet runs it.
+	ConditionEnforced = "Enforced"
+	// ConditionReconciling and ConditionStalled are kstatus's (Flux's)
+	// conditions, abnormal-true: Reconciling while the plane's latest
+	// version is not yet enforced, Stalled while an object needs a fix
+	// (the plane or some object is rejected or held).
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
 // QuotaPlaneStatus is the published state of the plane.
 type QuotaPlaneStatus struct {
 	QuotaStatus `json:",inline"`
@@ -277,9 +293,28 @@ type QuotaPlaneStatus struct {
 	// +optional
 	PublishedHash string `json:"publishedHash,omitempty"`
 
-	// enforcersReady is how many enforcers report the published version loaded.
+	// enforcersReady is how many enforcers report the published version
+	// loaded. It is 0 while their reports cannot be read (Redis away): the
+	// Enforced condition is then Unknown, never a stale count.
 	// +optional
 	EnforcersReady int32 `json:"enforcersReady,omitempty"`
+
+	// enforcers is how many enforcers report running a version of the
+	// plane, whichever; a report lapses when its enforcer stops renewing it.
+	// +optional
+	Enforcers int32 `json:"enforcers,omitempty"`
+
+	// rejectedObjects is how many quota objects of the namespace are left
+	// out of the policy (Ready=False, reason Invalid or Duplicate): an
+	// invalid object that was never in force, or a second QuotaPlane.
+	// +optional
+	RejectedObjects int32 `json:"rejectedObjects,omitempty"`
+
+	// heldObjects is how many quota objects have an invalid edit whose last
+	// valid version stays in force in its place (Ready=False, reason Held),
+	// this QuotaPlane included.
+	// +optional
+	HeldObjects int32 `json:"heldObjects,omitempty"`
 
 	// replicas is the enforcer Deployment's replica count the manager last set.
 	// +optional
@@ -292,10 +327,14 @@ type QuotaPlaneStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=qp
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
-// +kubebuilder:printcolumn:name="Fairness",type=string,JSONPath=`.spec.fairness`
-// +kubebuilder:printcolumn:name="Global",type=integer,JSONPath=`.spec.global.rate`
+// +kubebuilder:printcolumn:name="Fairness",type=string,JSONPath=`.spec.fairness`,priority=1
+// +kubebuilder:printcolumn:name="Global",type=integer,JSONPath=`.spec.global.rate`,priority=1
 // +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.status.publishedVersion`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].status`
+// +kubebuilder:printcolumn:name="Enforcers",type=integer,JSONPath=`.status.enforcersReady`
+// +kubebuilder:printcolumn:name="Rejected",type=integer,JSONPath=`.status.rejectedObjects`
+// +kubebuilder:printcolumn:name="Held",type=integer,JSONPath=`.status.heldObjects`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type QuotaPlane struct {
 	metav1.TypeMeta   `json:",inline"`
