@@ -88,7 +88,7 @@ type debugView struct {
 	LimitsNote string `json:"limitsNote"`
 	// LimitsReadAt is the Redis TIME the limits were read at, in mode
 	// central.
-	LimitsReadAt *time.Time  `json:"limitsReadAt,omitempty"`
+	LimitsReadAt *time.Time   `json:"limitsReadAt,omitempty"`
 	Recent       []debugEntry `json:"recentDecisions"`
 	// Fleet is the plane's enforcers, in the distributed modes.
 	Fleet *debugFleet `json:"fleet,omitempty"`
