@@ -35,4 +35,22 @@
 // listener apart from the API's: /healthz, /readyz, /metrics (Prometheus;
 // tenant labels only for tenants the policy names, the rest as "other") and
 // /quota/debug?tenant=X.
+//
+// /quota/debug is JSON: the tenant's tier, weight, limits with their
+// remaining tokens, counters, demand and fair share, and its recent
+// decisions on this enforcer (api keys as short hashes). Whose remaining
+// tokens they are depends on the mode (limitsNote says): in mode local this
+// enforcer's, which are the plane's; in local-reconciled this enforcer's
+// share; in central the fleet's, read from Redis at Redis TIME by
+// peek.lua, which writes nothing (enforcer.RedisStatusOf): global, tenant,
+// endpoints, the api keys the policy names for the tenant that have state,
+// the burst pool and the borrow allowance (levels burstPool and
+// borrowAllowance) — on any enforcer, whether or not it decided for the
+// tenant; while the breaker is open, this enforcer's degraded share. In the
+// distributed modes a fleet section lists the plane's enforcers from the
+// reports in Redis (WithFleet; reload.Loader.Report writes one a second,
+// lapsing after three): each one's policy version, mode and whether it is
+// degraded, and the answering enforcer's own state, marked self, listed
+// also when Redis holds no report of it (a degraded enforcer may not reach
+// Redis to report).
 package server
