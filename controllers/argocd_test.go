@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,25 +35,43 @@ func argoHealth(t *testing.T, obj client.Object, capture string) (status, messag
 	if err := json.Unmarshal(b, &fields); err != nil {
 		t.Fatal(err)
 	}
-	status, message, err = RunHealthLua(string(src), fields)
+	status, message, err = runHealthLua(string(src), fields)
 	if err != nil {
 		t.Fatalf("config/argocd/health.lua on %s: %v", obj.GetName(), err)
 	}
-	if capture != "" && os.Getenv("QUOTAPLANE_CAPTURE_ARGOCD") != "" {
-		delete(fields["metadata"].(map[string]any), "managedFields")
-		out, _ := json.MarshalIndent(fields, "", "  ")
-		name := filepath.Join(root, "config", "argocd", "testdata", strings.ToLower(status)+"-"+capture+".json")
-		if err := os.WriteFile(name, append(out, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if capture != "" {
+		captureObject(t, obj, strings.ToLower(status)+"-"+capture)
 	}
 	return status, message
 }
 
-// RunHealthLua runs an Argo CD health script on an object given as decoded
-// JSON. It is a copy of what config's test runs; kept here so the test
-// packages do not import each other.
-func RunHealthLua(src string, obj map[string]any) (status, message string, err error) {
+// captureObject writes obj to config/argocd/testdata/<name>.json when
+// QUOTAPLANE_CAPTURE_ARGOCD is set: real objects for config's test of the
+// Argo CD health checks.
+func captureObject(t *testing.T, obj client.Object, name string) {
+	t.Helper()
+	if os.Getenv("QUOTAPLANE_CAPTURE_ARGOCD") == "" {
+		return
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	delete(fields["metadata"].(map[string]any), "managedFields")
+	out, _ := json.MarshalIndent(fields, "", "  ")
+	path := filepath.Join(testenv.Root(), "config", "argocd", "testdata", name+".json")
+	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runHealthLua runs an Argo CD health script on an object given as decoded
+// JSON, as config's test does (test packages cannot share code).
+func runHealthLua(src string, obj map[string]any) (status, message string, err error) {
 	L := lua.NewState(lua.Options{SkipOpenLibs: true})
 	defer L.Close()
 	for _, lib := range []struct {
@@ -69,16 +88,10 @@ func RunHealthLua(src string, obj map[string]any) (status, message string, err e
 	}
 	hs, ok := L.Get(-1).(*lua.LTable)
 	if !ok {
-		return "", "", errNotTable
+		return "", "", errors.New("the script did not return a table")
 	}
 	return lua.LVAsString(hs.RawGetString("status")), lua.LVAsString(hs.RawGetString("message")), nil
 }
-
-type luaError string
-
-func (e luaError) Error() string { return string(e) }
-
-const errNotTable = luaError("the script did not return a table")
 
 // toLua converts decoded JSON to Lua values, as Argo CD does.
 func toLua(L *lua.LState, v any) lua.LValue {

@@ -69,6 +69,7 @@ func testTypoIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	if tier := tierOf(t, r, ns+"/main", "acme"); tier != "standard" {
 		t.Fatalf("acme's tier in Redis is %q; the last valid version (standard) must stay in force", tier)
 	}
+	captureObject(t, acme, "tenantquota-degraded-held")
 	eventually(t, 10*time.Second, "the plane counts one held object", func() bool {
 		get(t, env, plane)
 		return plane.Status.HeldObjects == 1 && plane.Status.RejectedObjects == 0
@@ -85,6 +86,7 @@ func testTypoIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 		c := ready(acme)
 		return c != nil && c.Status == metav1.ConditionTrue && tierOf(t, r, ns+"/main", "acme") == "enterprise"
 	})
+	captureObject(t, acme, "tenantquota-healthy-published")
 	eventually(t, 10*time.Second, "the plane counts no held object", func() bool {
 		get(t, env, plane)
 		return plane.Status.HeldObjects == 0
@@ -102,6 +104,7 @@ func testTypoIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 		c := ready(bad)
 		return c != nil && c.Reason == ReasonInvalid && plane.Status.RejectedObjects == 1
 	})
+	captureObject(t, bad, "tenantquota-degraded-invalid")
 	if tier := tierOf(t, r, ns+"/main", "newco"); tier != "" {
 		t.Fatalf("a never-valid tenant is in the policy with tier %q", tier)
 	}

@@ -55,9 +55,12 @@ type TenantQuotaSpec struct {
 	Tenant string `json:"tenant"`
 
 	// tier is the tenant's tier, one of the QuotaPlane's tiers. Defaults to
-	// the plane's defaultTier. That the tier exists is a check across objects,
-	// which admission cannot make: the manager makes it (policy.Compile) and
-	// sets Ready=False, naming the plane's tiers, when it fails.
+	// the plane's defaultTier. That the tier exists is a check across
+	// objects: the ValidatingAdmissionPolicy quotaplane-tenant-tier
+	// (config/admission) refuses a tier the namespace's QuotaPlane does not
+	// define, and the manager checks it again (policy.Compile): a new
+	// TenantQuota with an unknown tier is left out, an edit to one keeps the
+	// tenant's last valid version in force (Ready=False, reason Held).
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
