@@ -145,6 +145,12 @@ func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision
 	defer timer.Stop()
 	select {
 	case got := <-w.answer:
+		// The dispatcher answers a waiter whose context ended with its
+		// denial: the caller gets its context error, as when it gave up
+		// first (the select picks either when both are ready).
+		if err := ctx.Err(); err != nil && !got.Allow {
+			return Decision{}, err
+		}
 		return got, nil
 	case <-timer.C:
 	case <-ctx.Done():
