@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
 )
 
@@ -498,6 +499,90 @@ func checkHardened(t *testing.T, d *appsv1.Deployment) {
 		}
 		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, corev1.Capability("ALL")) || len(sc.Capabilities.Add) > 0 {
 			t.Errorf("%s keeps capabilities: drop ALL and add none", where)
+		}
+	}
+}
+
+// TestPlaneInstall: the plane the install applies (kubectl apply -k
+// config/plane) is the sample plane in a distributed mode, where
+// config/default's enforcers follow it, and the API server and Compile
+// accept it; the samples themselves, the enforcer's embedded default
+// (`make run`, no Redis), stay mode local.
+func TestPlaneInstall(t *testing.T) {
+	kustomize := os.Getenv("KUSTOMIZE")
+	if kustomize == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("KUSTOMIZE is unset under CI=true: run this test through `make test`, which installs kustomize and sets KUSTOMIZE")
+		}
+		t.Skip("KUSTOMIZE is unset: `make test` installs kustomize and sets it")
+	}
+	root := testenv.Root()
+	namespace := defaultNamespace(t, root)
+	sample := readYAML(t, filepath.Join(root, "config", "samples", "quotaplane.yaml"))
+	if mode, _, _ := unstructured.NestedString(sample.Object, "spec", "mode"); mode != "local" {
+		t.Errorf("config/samples/quotaplane.yaml is mode %q; the embedded default (make run: one process, no Redis) must stay local", mode)
+	}
+	objs := kustomizeBuild(t, kustomize, filepath.Join(root, "config", "plane"))
+	m := index(t, objs)
+	plane, ok := m.get("QuotaPlane", namespace, sample.GetName())
+	if !ok {
+		t.Fatalf("config/plane renders no QuotaPlane %s/%s", namespace, sample.GetName())
+	}
+	mode, _, _ := unstructured.NestedString(plane.Object, "spec", "mode")
+	if mode != "central" && mode != "local-reconciled" {
+		t.Errorf("config/plane's QuotaPlane is mode %q: behind config/default's enforcer fleet a local plane admits each limit once per pod; use central or local-reconciled", mode)
+	}
+	// Everything else of the samples, unchanged, in the install's namespace.
+	samples, err := filepath.Glob(filepath.Join(root, "config", "samples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int
+	for _, name := range samples {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, err := decodeAll(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want += len(docs)
+	}
+	if len(objs) != want {
+		t.Errorf("config/plane renders %d objects; config/samples holds %d: list every sample file in config/samples/Kustomization", len(objs), want)
+	}
+	var typed []runtime.Object
+	for _, u := range objs {
+		if u.GetNamespace() != namespace {
+			t.Errorf("%s is not in config/default's namespace %s", describe(u), namespace)
+		}
+		o, err := testenv.Scheme().New(u.GroupVersionKind())
+		if err != nil {
+			t.Fatalf("%s: %v", describe(u), err)
+		}
+		convert(t, u, o)
+		typed = append(typed, o)
+	}
+	if p, problems := policy.Compile(typed); p == nil || len(problems) > 0 {
+		t.Fatalf("config/plane does not compile: %v", problems)
+	} else if p.Spec().Mode != mode {
+		t.Fatalf("compiled mode %q, want %q", p.Spec().Mode, mode)
+	}
+	// The enforcers config/default runs follow this plane and are the
+	// Deployment it scales.
+	enforcer := deployment(t, index(t, kustomizeBuild(t, kustomize, filepath.Join(root, "config", "default"))), namespace, enforcerName)
+	checkPlane(t, root, namespace, enforcer)
+
+	env := testenv.Start(t)
+	ctx := t.Context()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
+		if err := env.Client.Create(ctx, u.DeepCopy(), client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+			t.Errorf("%s: the API server rejected it: %v", describe(u), err)
 		}
 	}
 }
