@@ -379,7 +379,12 @@ func (e *Engine) checkBackend(p *policy.Policy) error {
 func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 	s := newSnapshot(p)
 	if e.reconciler != nil && p.Spec().Mode == "local-reconciled" {
-		s.reconciled, s.part = true, 1/float64(max(e.central.fleet.nodes.Load(), 1))
+		nodes := max(e.central.fleet.nodes.Load(), 1)
+		s.reconciled, s.part = true, 1/float64(nodes)
+		if !e.reconciler.degraded.Load() {
+			s.splitOver = nodes
+			s.hybrid = s.anySmall()
+		}
 	}
 	old := e.snap.Load()
 	if old != nil {
@@ -522,15 +527,28 @@ func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision)
 		if snap.reconciled && mode == arrival && e.reconciler.failOver(snap, cost, d) {
 			return nil
 		}
+		var hc *hybridCall // the small limits decided in Redis first
+		if snap.hybrid && mode == arrival {
+			var decided bool
+			if hc, decided = e.decideSmall(snap, ts, r, ep, cost, now, d); decided {
+				return nil
+			}
+		}
 		ts.mu.Lock()
 		// Pruned between lookup and lock (its replacement is in the
 		// registry), or a policy swapped in since snap was loaded: a
 		// tenant's state must never move back to an older policy.
 		if ts.removed || e.snap.Load() != snap {
 			ts.mu.Unlock()
+			if hc != nil {
+				e.hybridRefund(hc)
+			}
 			continue
 		}
 		e.decideAndUnlock(snap, ts, r, ep, cost, now, mode, d)
+		if hc != nil && !d.Allow {
+			e.hybridRefund(hc)
+		}
 		return nil
 	}
 }

@@ -220,6 +220,7 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 	g := groupPool.Get().(*group)
 	defer g.release()
 	var snap *snapshot
+	var groupHybrid *hybridCall
 	for {
 		snap = e.snap.Load()
 		for i := range rs {
@@ -237,6 +238,29 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 			}
 			return allowed, nil
 		}
+		var hc *hybridCall // the group's small limits, decided in Redis first
+		if snap.hybrid {
+			var admitted bool
+			var err error
+			hc, admitted, err = e.hybridDecide(snap, rs, g.ep[:len(rs)], g.cost[:len(rs)], ds)
+			switch {
+			case hc == nil:
+			case err != nil && snap.failureMode == "deny":
+				for i := range rs {
+					ds[i] = unavailableDenial(snap, g.cost[i])
+				}
+				return false, nil
+			case err != nil:
+				hc = nil // allow, degrade: the node's own levels decide
+			case !admitted:
+				for i := range ds[:len(rs)] {
+					if ds[i].Level == LevelNone {
+						ds[i] = Decision{Allow: true, Cost: g.cost[i]} // passed its small levels; not decided further
+					}
+				}
+				return false, nil
+			}
+		}
 		g.locked = g.locked[:0]
 		for i := range rs {
 			ts := snap.known[rs[i].Tenant]
@@ -250,11 +274,21 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 		}
 		slices.SortFunc(g.locked, func(a, b groupTenant) int { return cmp.Compare(a.ts.id, b.ts.id) })
 		if e.lockGroup(snap, g) {
+			groupHybrid = hc
 			break
 		}
+		if hc != nil {
+			e.hybridRefund(hc)
+		}
 	}
-	defer g.unlockTenants()
-	return e.decideGroupLocked(snap, now, rs, ds, g), nil
+	allowed := func() bool {
+		defer g.unlockTenants() // also if a decision panics: no tenant stays locked
+		return e.decideGroupLocked(snap, now, rs, ds, g)
+	}()
+	if groupHybrid != nil && !allowed {
+		e.hybridRefund(groupHybrid)
+	}
+	return allowed, nil
 }
 
 func (g *group) holds(ts *tenantState) bool {

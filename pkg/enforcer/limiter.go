@@ -40,13 +40,16 @@ type limiter struct {
 	// fleet says the reconcile loop sized part from the fleet's demand;
 	// otherwise it is the snapshot's even share.
 	fleet bool
+	// remote says the limit is decided in Redis, not here: too small to
+	// split over the fleet (hybrid.go); the limiter is then not active.
+	remote bool
 	// used is the cost taken since the reconcile loop last read it, and
 	// offered the cost of the requests that met this level (arrivals
 	// only): what a node pushes to the fleet's bucket and its demand.
 	used, offered int64
 }
 
-func (l *limiter) active() bool { return l.lim != nil }
+func (l *limiter) active() bool { return l.lim != nil && !l.remote }
 
 // capacity is the bucket size in token·µs.
 func (l *limiter) capacity() int64 { return l.burst * l.periodUs }
@@ -54,7 +57,7 @@ func (l *limiter) capacity() int64 { return l.burst * l.periodUs }
 // reset puts l in force for lim (its part) with a full bucket (or an empty
 // window); its part and counters carry over.
 func (l *limiter) reset(lim *policy.Limit, now int64) {
-	*l = limiter{lim: lim, part: l.part, floor: l.floor, fleet: l.fleet, used: l.used, offered: l.offered}
+	*l = limiter{lim: lim, part: l.part, floor: l.floor, fleet: l.fleet, remote: l.remote, used: l.used, offered: l.offered}
 	if lim == nil {
 		return
 	}
@@ -123,6 +126,7 @@ const partPrecision = 1000
 // fit sizes a tenant's limiter for snap: the part the reconcile loop gave
 // it, in mode local-reconciled, else the snapshot's.
 func (l *limiter) fit(snap *snapshot, now int64) {
+	l.remote = snap.small(l.lim)
 	part := snap.part
 	switch {
 	case !snap.reconciled:

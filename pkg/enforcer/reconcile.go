@@ -262,11 +262,13 @@ func (r *reconciler) reconcile() {
 		if r.failures++; r.failures == e.settings.breakerThreshold {
 			r.degraded.Store(true)
 			e.degradedChanged("local-reconciled", true, err)
+			e.reshare() // small limits are the node's while Redis is away
 		}
 		return // keep the local state; the push goes again next time
 	}
 	if r.failures = 0; r.degraded.Swap(false) {
 		e.degradedChanged("local-reconciled", false, nil)
+		e.reshare() // small limits are Redis's again
 	}
 	r.unconfirmed = false
 	r.pending = 0
@@ -333,8 +335,7 @@ func (r *reconciler) failOver(snap *snapshot, cost int64, d *Decision) bool {
 	case "allow":
 		*d = Decision{Allow: true, Cost: cost, Bound: LevelGlobal}
 	case "deny":
-		*d = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: cost, Reason: reasonUnavailableDeny,
-			RetryAfter: snap.policy.Spec().ReconcileInterval}
+		*d = unavailableDenial(snap, cost)
 	default:
 		return false
 	}

@@ -63,7 +63,13 @@ type snapshot struct {
 	// says the loop sizes them (limiter.fit).
 	part       float64
 	reconciled bool
-	minCost    int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
+	// splitOver is the live nodes that limits are split over in mode
+	// local-reconciled while Redis answers (0 otherwise): a limit too
+	// small to give each a request is decided in Redis (hybrid.go), and
+	// hybrid says the policy has such a limit.
+	splitOver int64
+	hybrid    bool
+	minCost   int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
 
 	global        *policy.Limit
 	globalPerSec  float64       // the global limit's refill rate in tokens per second

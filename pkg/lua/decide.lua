@@ -9,7 +9,10 @@
 -- KEYS     the distinct keys the batch touches, each once: KEYS[1] is the
 --          global bucket, KEYS[2] the burst pool (any name without a
 --          pool), KEYS[3] the demand counter (see ARGV[4]). All keys share
---          one hash tag: one call, one cluster slot.
+--          one hash tag: one call, one cluster slot. A global with no limit
+--          (algorithm 0) is no level: the batch is decided at the levels
+--          below it (local-reconciled's limits too small to split over its
+--          nodes, pkg/enforcer hybrid.go).
 -- ARGV[1]  now in µs, or 0 to read Redis TIME (what production does: one
 --          clock for the whole fleet; a given time is for simulations and
 --          tests that replay the Go engine)
@@ -369,10 +372,14 @@ for pos = 1, #requests, 72 do
     end
   end
 
-  settle(g)
-  local global_ok = cost <= g[BURST] and cost * g[PER] + reserve <= g[LEVEL]
-  local sh, share_ok = use(si, cost), true
-  if sh then
+  local global_ok = true -- a batch without a global limit: see KEYS
+  if g then
+    settle(g)
+    global_ok = cost <= g[BURST] and cost * g[PER] + reserve <= g[LEVEL]
+  end
+  local sh, share_ok = nil, true
+  if si ~= 0 then
+    sh = use(si, cost)
     settle(sh)
     share_ok = covers(sh, cost)
   end
@@ -383,7 +390,7 @@ for pos = 1, #requests, 72 do
   local allowed, lvl, retry, rem, borrowed, bound = 0, 0, 0, 0, 0, 1
   if global_ok and share_ok and lower == 0 then
     allowed = 1
-    take(g, cost)
+    if g then take(g, cost) end
     if sh then take(sh, cost) end
     if tl and cost - borrow > 0 then take(tl, cost - borrow) end
     if borrow > 0 then
@@ -394,7 +401,7 @@ for pos = 1, #requests, 72 do
     if el then take(el, cost) end
     if kl then take(kl, cost) end
     -- the tokens left at the tightest level, compared by estimate
-    rem = remaining(g)
+    rem = g and remaining(g) or HOUR
     local tightest, tlevel, est = nil, 1, rem
     if tl and estimate(tl) < est then tightest, tlevel, est = tl, 2, estimate(tl) end
     if el and estimate(el) < est then tightest, tlevel, est = el, 3, estimate(el) end
@@ -410,7 +417,7 @@ for pos = 1, #requests, 72 do
     end
     if reserve > 0 and covers(g, cost) then reason = 2 end
   elseif not share_ok then
-    lvl, reason, rem = 1, 8, remaining(g)
+    lvl, reason, rem = 1, 8, g and remaining(g) or 0
     retry = retry_after(sh, cost)
   else
     lvl, rem = lower, remaining(lower_s)

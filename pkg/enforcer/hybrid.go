@@ -1,0 +1,305 @@
+package enforcer
+
+import (
+	"context"
+	"encoding/binary"
+	"strconv"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/lua"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// Limits too small to split, in local-reconciled mode.
+//
+// A node's part of a limit is at least one of the plane's costliest
+// requests (limiter.setPart's floor), so a limit smaller than the live
+// nodes times that cost — the free tier's 2 exports per 5 minutes over 8
+// nodes — would admit a request per node, several times its limit. Such a
+// limit is small (snapshot.small) and is decided in Redis instead, by
+// decide.lua on the fleet's bucket or window, the one the reconcile loop
+// would push to: a request that meets small limits is decided there first,
+// at those levels only (no global, whose node share stays local), then on
+// the node's own state at the others, and what Redis debited is given back
+// (refund.lua) when the node's own levels deny it. Between the two a
+// concurrent request may see the debit and be denied for it: the small
+// levels may admit less, never more. A group (DecideAll) has its small
+// levels decided as one group in Redis, all or nothing, then the rest.
+//
+// While Redis does not answer, the plane's failureMode decides: deny
+// denies; allow and degrade decide on the node's own state without the
+// small levels until the reconcile loop finds the node degraded (three
+// failed reconciles), after which every limit is the node's again, small
+// ones at the floored share, until Redis is back.
+
+// small reports whether lim is too small to split over the fleet: its
+// burst (a window's capacity) holds less than one of the plane's costliest
+// requests per live node. Never outside local-reconciled, nor with one
+// node, nor while the node is degraded (snapshot.splitOver is 0).
+func (s *snapshot) small(lim *policy.Limit) bool {
+	if lim == nil || s.splitOver < 2 {
+		return false
+	}
+	capacity := lim.Burst
+	if lim.Algorithm == policy.SlidingWindow {
+		capacity = lim.Rate
+	}
+	return capacity < s.splitOver*s.maxCost
+}
+
+// anySmall reports whether any tenant, endpoint or key limit of the
+// snapshot's policy is small.
+func (s *snapshot) anySmall() bool {
+	if s.splitOver < 2 {
+		return false
+	}
+	spec := s.policy.Spec()
+	for _, t := range spec.Tiers {
+		if s.small(t.Tenant) || s.small(t.Key) {
+			return true
+		}
+	}
+	for _, e := range spec.Endpoints {
+		if s.small(e.Limit) {
+			return true
+		}
+		for i := range e.Tiers {
+			if s.small(&e.Tiers[i].Limit) {
+				return true
+			}
+		}
+	}
+	for _, t := range spec.Tenants {
+		if s.small(t.Limit) {
+			return true
+		}
+		for i := range t.Keys {
+			if s.small(&t.Keys[i].Limit) {
+				return true
+			}
+		}
+		for i := range t.Endpoints {
+			if s.small(&t.Endpoints[i].Limit) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// levelName is the Redis key of a tenant's limit at level, as decide.lua
+// and the reconcile loop name it: holder is lengthPrefixed(tenant).
+func levelName(prefix string, level Level, holder, endpoint, apiKey string, lim *policy.Limit) string {
+	switch level {
+	case LevelTenant:
+		return levelKey(prefix+"t:"+holder, lim)
+	case LevelEndpoint:
+		return levelKey(prefix+"e:"+holder+":"+endpoint, lim)
+	}
+	return levelKey(prefix+"k:"+holder+":"+keyDigest(apiKey), lim)
+}
+
+// hybridLevel is one small limit a request meets.
+type hybridLevel struct {
+	level Level
+	name  string
+	lim   *policy.Limit
+	cost  int64
+}
+
+// hybridCall is the small levels of a request or group, decided in Redis.
+type hybridCall struct {
+	levels   []hybridLevel
+	requests int   // the requests with a small level
+	decided  int64 // Redis TIME of the decision, µs
+}
+
+// smallLevels appends to hc the small limits r meets (resolved in snap: ep
+// and cost as snap.resolve gave them).
+func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (tenant, endpoint, key int) {
+	p := s.policy
+	t, known := p.Tenant(r.Tenant)
+	if !known {
+		t, _ = p.DefaultTenant(r.Tenant, r.Tier)
+	}
+	holder := ""
+	add := func(level Level, lim *policy.Limit, endpointName string) int {
+		if !s.small(lim) {
+			return 0
+		}
+		if holder == "" {
+			holder = lengthPrefixed(r.Tenant)
+		}
+		hc.levels = append(hc.levels, hybridLevel{level: level, lim: lim, cost: cost,
+			name: levelName(s.redisPrefix, level, holder, endpointName, r.APIKey, lim)})
+		return len(hc.levels)
+	}
+	tenant = add(LevelTenant, t.Limit, "")
+	if ep >= 0 {
+		endpoint = add(LevelEndpoint, p.EndpointLimit(&t, ep), s.endpoints[ep].Name)
+	}
+	if r.APIKey != "" {
+		key = add(LevelKey, p.KeyLimit(&t, r.APIKey), "")
+	}
+	return tenant, endpoint, key
+}
+
+// hybridDecide decides the small levels of rs (each resolved to eps and
+// costs in snap) in one decide.lua call, as one group when there are
+// several. It returns nil when none meets a small limit; else the call,
+// whether Redis admitted them (filling ds[i] of the first denied with its
+// denial), and an error when Redis did not answer.
+func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []int64, ds []Decision) (*hybridCall, bool, error) {
+	hc := &hybridCall{}
+	none := make([]byte, 32) // no limit: global, pool, demand counter
+	limits := append(append(append([]byte{}, none...), none...), none...)
+	var requests []byte
+	group := int64(0)
+	if len(rs) > 1 {
+		group = 1
+	}
+	owner := make([]int, 0, len(rs))    // the request of each record
+	spans := make([][2]int, 0, len(rs)) // its levels in hc.levels
+	for i := range rs {
+		first := len(hc.levels)
+		ti, ei, ki := snap.smallLevels(hc, &rs[i], eps[i], costs[i])
+		if len(hc.levels) == first {
+			continue
+		}
+		owner = append(owner, i)
+		spans = append(spans, [2]int{first, len(hc.levels)})
+		for _, l := range hc.levels[first:] {
+			limits = appendLimit(limits, l.lim)
+		}
+		index := func(k int) int64 { // KEYS index: after global, pool and counter
+			if k == 0 {
+				return 0
+			}
+			return int64(k + 3)
+		}
+		for _, v := range [lua.DecideRequestFields]int64{costs[i], 0, 0, index(ti), 0, index(ei), index(ki), group, 0} {
+			requests = binary.LittleEndian.AppendUint64(requests, uint64(v))
+		}
+	}
+	if len(hc.levels) == 0 {
+		return nil, true, nil
+	}
+	hc.requests = len(owner)
+	keys := []string{snap.redisPrefix + "g", snap.redisPrefix + "pool", snap.redisPrefix + "d"}
+	for _, l := range hc.levels {
+		keys = append(keys, l.name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
+	defer cancel()
+	start := time.Now()
+	reply, err := lua.Decide.Run(ctx, e.redis, keys, "0", limits, requests, "0").Int64Slice()
+	e.observeRedis(time.Since(start))
+	if err != nil {
+		return hc, false, err
+	}
+	if len(reply) != 1+hc.requests*lua.DecideReplyFields {
+		return hc, false, errBadReply(len(reply))
+	}
+	hc.decided = reply[0]
+	admitted := true
+	for j, i := range owner {
+		out := reply[1+j*lua.DecideReplyFields:]
+		if out[0] == 1 || !admitted {
+			continue
+		}
+		admitted = false
+		level := Levels[min(max(out[1]-1, 0), 3)]
+		var lim *policy.Limit
+		for _, l := range hc.levels[spans[j][0]:spans[j][1]] {
+			if l.level == level {
+				lim = l.lim
+			}
+		}
+		kind := reasonAPIKey
+		switch level {
+		case LevelTenant:
+			kind = reasonTenant
+		case LevelEndpoint:
+			kind = reasonEndpoint
+		}
+		ds[i] = Decision{Level: level, Bound: level, Cost: costs[i], Reason: snap.reason(kind, lim),
+			RetryAfter: retryDuration(out[3]), Remaining: out[4]}
+	}
+	return hc, admitted, nil
+}
+
+// refund gives back what Redis debited for the call's small levels, when
+// the node's own levels denied what Redis admitted. A refund that fails
+// leaves the debit: the small levels admit less, never more.
+func (e *Engine) hybridRefund(hc *hybridCall) {
+	keys := make([]string, 0, len(hc.levels))
+	var records []byte
+	for _, l := range hc.levels {
+		keys = append(keys, l.name)
+		records = appendLimit(records, l.lim)
+		records = binary.LittleEndian.AppendUint64(records, uint64(l.cost))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
+	defer cancel()
+	_ = lua.Refund.Run(ctx, e.redis, keys, "0", strconv.FormatInt(hc.decided, 10), records).Err()
+}
+
+// decideSmall decides the small limits r meets (resolved in snap to ep
+// and cost) in Redis, before its other levels. decided says d is the
+// decision: a denial at a small level (traced in the tenant's state), or
+// failureMode deny while Redis does not answer. Otherwise the node's own
+// levels decide next, and the call (nil when r meets no small limit, or
+// Redis did not answer) is what to give back if they deny.
+func (e *Engine) decideSmall(snap *snapshot, ts *tenantState, r *Request, ep int, cost, now int64, d *Decision) (*hybridCall, bool) {
+	var one [1]Decision
+	hc, admitted, err := e.hybridDecide(snap, []Request{*r}, []int{ep}, []int64{cost}, one[:])
+	switch {
+	case hc == nil:
+		return nil, false
+	case err != nil && snap.failureMode == "deny":
+		*d = unavailableDenial(snap, cost)
+		return nil, true
+	case err != nil:
+		return nil, false // allow, degrade: the node's own levels decide
+	case !admitted:
+		*d = one[0]
+		ts.mu.Lock()
+		if !ts.removed {
+			ts.lastSeen = now
+			var endpoint *policy.Endpoint
+			if ep >= 0 {
+				endpoint = &snap.endpoints[ep]
+			}
+			ts.recordLocked(now, d, r.APIKey, endpoint)
+		}
+		ts.mu.Unlock()
+		return nil, true
+	}
+	return hc, false
+}
+
+// unavailableDenial is failureMode deny's decision while Redis does not
+// answer in local-reconciled mode.
+func unavailableDenial(snap *snapshot, cost int64) Decision {
+	return Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: cost, Reason: reasonUnavailableDeny,
+		RetryAfter: snap.policy.Spec().ReconcileInterval}
+}
+
+// appendLimit appends lim as decide.lua and refund.lua take a limit:
+// algorithm, rate, burst, period µs.
+func appendLimit(b []byte, lim *policy.Limit) []byte {
+	alg := int64(lua.AlgorithmTokenBucket)
+	if lim.Algorithm == policy.SlidingWindow {
+		alg = lua.AlgorithmSlidingWindow
+	}
+	for _, v := range [...]int64{alg, lim.Rate, lim.Burst, lim.PeriodMicros()} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	return b
+}
+
+type errBadReply int
+
+func (n errBadReply) Error() string {
+	return "decide.lua answered " + strconv.Itoa(int(n)) + " values for the small levels"
+}

@@ -1,0 +1,135 @@
+package enforcer
+
+import (
+	"context"
+	"testing"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
+)
+
+// smallPlane is the sample plane's free-tier export limit, 2 exports per
+// 5 minutes (cost 50, a sliding window of 100), in local-reconciled mode,
+// with an api key limit big enough to split (1000 per hour) and reads.
+func smallPlane(t testing.TB) *policy.Policy {
+	doc := withMode(planeHeader, "local-reconciled", "reconcileInterval: 50ms")
+	return compileYAML(t, doc+`  global: {rate: 100000, burst: 100000}
+  fairness: none
+  tiers: [{name: free, weight: 1, key: {rate: 1000, burst: 1000, period: 1h}}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: read}
+spec: {endpoint: read, cost: 1}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: export}
+spec:
+  endpoint: export
+  cost: 50
+  tiers: [{tier: free, limit: {rate: 100, period: 300s, algorithm: slidingWindow}}]
+`)
+}
+
+// smallFleet is n local-reconciled engines on srv, once each counts n
+// live nodes.
+func smallFleet(t *testing.T, srv *redistest.Server, p *policy.Policy, n int) []*Engine {
+	var fleet []*Engine
+	for i := range n {
+		fleet = append(fleet, newEngine(t, p, WithRedis(srv.Client()), WithNodeID(sprintf("n%d", i))))
+	}
+	for _, e := range fleet {
+		waitFor(t, "every node to count the fleet", func() bool { return e.snap.Load().splitOver == int64(n) })
+	}
+	return fleet
+}
+
+// TestReconciledSmallLimitsDecidedInRedis: a limit too small to split over
+// 8 nodes (2 exports per 5 minutes: a node's share would be floored at one
+// export) is decided in Redis, so the fleet admits exactly 2 exports
+// however they are spread. Before, each node admitted one: 8, four times
+// the limit.
+func TestReconciledSmallLimitsDecidedInRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	fleet := smallFleet(t, srv, smallPlane(t), 8)
+	admitted := 0
+	for i := range 24 {
+		d, err := fleet[i%len(fleet)].Decide(context.Background(), Request{Tenant: "f", Endpoint: "export", APIKey: sprintf("k%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allow {
+			admitted++
+		} else if d.Level != LevelEndpoint || d.RetryAfter <= 0 || d.Reason == reasonUnknown {
+			t.Errorf("denial %+v: want the endpoint level, its limit named, a retry time", d)
+		}
+	}
+	if admitted != 2 {
+		t.Errorf("the fleet admitted %d exports, want the limit's 2", admitted)
+	}
+	// A group of two exports of another tenant is admitted whole, a third
+	// export then denied: the group's small levels are decided in Redis too.
+	rs := []Request{{Tenant: "g", Endpoint: "export"}, {Tenant: "g", Endpoint: "export"}}
+	ds := make([]Decision, 2)
+	if ok, err := fleet[0].DecideAll(context.Background(), rs, ds); err != nil || !ok {
+		t.Fatalf("a group of 2 exports within the limit: %v %v %+v", ok, err, ds)
+	}
+	if d, _ := fleet[1].Decide(context.Background(), Request{Tenant: "g", Endpoint: "export"}); d.Allow {
+		t.Error("a third export admitted after a group of two")
+	}
+}
+
+// TestReconciledSmallLimitRefunded: an export that Redis admits at its
+// small limit but the node denies at a level of its own (the api key's part
+// here is used up) is given back in Redis: the fleet still admits the
+// limit's 2 exports elsewhere.
+func TestReconciledSmallLimitRefunded(t *testing.T) {
+	srv := redistest.Start(t)
+	fleet := smallFleet(t, srv, smallPlane(t), 8)
+	ctx := context.Background()
+	for { // use up key k's part on node 0
+		d, err := fleet[0].Decide(ctx, Request{Tenant: "f", Endpoint: "read", APIKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allow {
+			break
+		}
+	}
+	if d, _ := fleet[0].Decide(ctx, Request{Tenant: "f", Endpoint: "export", APIKey: "k"}); d.Allow || d.Level != LevelKey {
+		t.Fatalf("export on a used-up key: %+v, want denied at the key", d)
+	}
+	admitted := 0
+	for i := 1; i < 8; i++ {
+		if d, _ := fleet[i].Decide(ctx, Request{Tenant: "f", Endpoint: "export", APIKey: "k"}); d.Allow {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Errorf("after a refunded export the fleet admitted %d, want the limit's 2", admitted)
+	}
+}
+
+// TestReconciledSmallLimitsWhileDegraded: while Redis is away a small
+// limit is the node's own again, at its floored share (failureMode
+// degrade), and goes back to Redis when it returns.
+func TestReconciledSmallLimitsWhileDegraded(t *testing.T) {
+	srv := redistest.Start(t)
+	fleet := smallFleet(t, srv, smallPlane(t), 2)
+	e := fleet[0]
+	srv.Stop()
+	waitFor(t, "the node to degrade", func() bool { return e.BackendStatus().Degraded && e.snap.Load().splitOver == 0 })
+	// The node's share of 2 exports is one (floored at one export).
+	for i, want := range []bool{true, false} {
+		d, err := e.Decide(context.Background(), Request{Tenant: "f", Endpoint: "export"})
+		if err != nil || d.Allow != want {
+			t.Fatalf("export %d while degraded: %+v %v, want allowed %v: the node's share of the small limit", i+1, d, err, want)
+		}
+	}
+	srv.Restart()
+	waitFor(t, "small limits to be Redis's again", func() bool { return e.snap.Load().splitOver == 2 })
+	if d, _ := fleet[1].Decide(context.Background(), Request{Tenant: "h", Endpoint: "export"}); !d.Allow {
+		t.Errorf("an export in Redis after the outage: %+v", d)
+	}
+}
