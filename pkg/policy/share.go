@@ -21,7 +21,18 @@ import (
 //
 // The result keeps p's version; its hash is its own content's. fraction
 // must be in (0, 1]; 1 returns p.
-func (p *Policy) Share(fraction float64) (*Policy, error) {
+func (p *Policy) Share(fraction float64) (*Policy, error) { return p.share(fraction, true) }
+
+// SharePlane is Share for the plane-wide limits only: the global limit and
+// the burst pool (its size, refill and per-tenant ceiling) scaled by
+// fraction, every tenant, endpoint and key limit whole. Local-reconciled
+// mode enforces it, each tenant's limits at the node's part of them, which
+// follows where the tenant's demand is (pkg/enforcer).
+func (p *Policy) SharePlane(fraction float64) (*Policy, error) { return p.share(fraction, false) }
+
+// share scales the plane-wide limits by fraction, and the tenant,
+// endpoint and key limits too when lower.
+func (p *Policy) share(fraction float64, lower bool) (*Policy, error) {
 	if !(fraction > 0 && fraction <= 1) {
 		return nil, fmt.Errorf("share of plane %s: fraction %v is not in (0, 1]", p.Plane(), fraction)
 	}
@@ -39,59 +50,35 @@ func (p *Policy) Share(fraction float64) (*Policy, error) {
 		return &s
 	}
 	spec.Global = scale(spec.Global)
-	spec.Tiers = slices.Clone(spec.Tiers)
-	for i := range spec.Tiers {
-		spec.Tiers[i].Tenant = scalePtr(spec.Tiers[i].Tenant)
-		spec.Tiers[i].Key = scalePtr(spec.Tiers[i].Key)
-	}
-	spec.Endpoints = slices.Clone(spec.Endpoints)
-	for i := range spec.Endpoints {
-		e := &spec.Endpoints[i]
-		e.Limit = scalePtr(e.Limit)
-		e.Tiers = slices.Clone(e.Tiers)
-		for j := range e.Tiers {
-			e.Tiers[j].Limit = scale(e.Tiers[j].Limit)
+	if lower {
+		spec.Tiers = slices.Clone(spec.Tiers)
+		for i := range spec.Tiers {
+			spec.Tiers[i].Tenant = scalePtr(spec.Tiers[i].Tenant)
+			spec.Tiers[i].Key = scalePtr(spec.Tiers[i].Key)
+		}
+		spec.Endpoints = slices.Clone(spec.Endpoints)
+		for i := range spec.Endpoints {
+			e := &spec.Endpoints[i]
+			e.Limit = scalePtr(e.Limit)
+			e.Tiers = slices.Clone(e.Tiers)
+			for j := range e.Tiers {
+				e.Tiers[j].Limit = scale(e.Tiers[j].Limit)
+			}
+		}
+		spec.Tenants = slices.Clone(spec.Tenants)
+		for i := range spec.Tenants {
+			t := &spec.Tenants[i]
+			t.Limit = scalePtr(t.Limit)
+			t.Keys = slices.Clone(t.Keys)
+			for j := range t.Keys {
+				t.Keys[j].Limit = scale(t.Keys[j].Limit)
+			}
+			t.Endpoints = slices.Clone(t.Endpoints)
+			for j := range t.Endpoints {
+				t.Endpoints[j].Limit = scale(t.Endpoints[j].Limit)
+			}
 		}
 	}
-	spec.Tenants = slices.Clone(spec.Tenants)
-	for i := range spec.Tenants {
-		t := &spec.Tenants[i]
-		t.Limit = scalePtr(t.Limit)
-		t.Keys = slices.Clone(t.Keys)
-		for j := range t.Keys {
-			t.Keys[j].Limit = scale(t.Keys[j].Limit)
-		}
-		t.Endpoints = slices.Clone(t.Endpoints)
-		for j := range t.Endpoints {
-			t.Endpoints[j].Limit = scale(t.Endpoints[j].Limit)
-		}
-	}
-	if bp := spec.BurstPool; bp != nil {
-		spec.BurstPool = shareBurstPool(*bp, fraction, maxCost)
-	}
-	shared, err := newPolicy(spec)
-	if err != nil {
-		return nil, fmt.Errorf("share %v of plane %s: %w", fraction, p.Plane(), err)
-	}
-	shared.version = p.version
-	return shared, nil
-}
-
-// SharePlane is Share for the plane-wide limits only: the global limit and
-// the burst pool (its size, refill and per-tenant ceiling) scaled by
-// fraction, every tenant, endpoint and key limit whole. Local-reconciled
-// mode enforces it, each tenant's limits at the node's part of them, which
-// follows where the tenant's demand is (pkg/enforcer).
-func (p *Policy) SharePlane(fraction float64) (*Policy, error) {
-	if !(fraction > 0 && fraction <= 1) {
-		return nil, fmt.Errorf("share of plane %s: fraction %v is not in (0, 1]", p.Plane(), fraction)
-	}
-	if fraction == 1 {
-		return p, nil
-	}
-	spec := p.spec
-	maxCost := p.MaxCost()
-	spec.Global = spec.Global.Share(fraction, maxCost)
 	if bp := spec.BurstPool; bp != nil {
 		spec.BurstPool = shareBurstPool(*bp, fraction, maxCost)
 	}

@@ -53,3 +53,38 @@ func TestShare(t *testing.T) {
 		t.Fatalf("Share changed the policy it shares: global %v", g)
 	}
 }
+
+// TestSharePlane: only the plane-wide limits are scaled; every tier,
+// endpoint and tenant limit stays whole, for local-reconciled's per-limit
+// parts.
+func TestSharePlane(t *testing.T) {
+	p, err := policy.LoadFS(samples.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := p.SharePlane(0.25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := q.Global(); g.Rate != 2500 || g.Burst != 5000 {
+		t.Errorf("global share %v, want 2500 per 1s (burst 5000)", g)
+	}
+	if bp, whole := q.Spec().BurstPool, p.Spec().BurstPool; bp == nil || bp.Size >= whole.Size || bp.RefillRate >= whole.RefillRate {
+		t.Errorf("burst pool %+v not scaled from %+v", bp, whole)
+	}
+	for _, name := range []string{"enterprise", "standard", "free"} {
+		a, _ := p.Tier(name)
+		b, _ := q.Tier(name)
+		if *a.Tenant != *b.Tenant || *a.Key != *b.Key {
+			t.Errorf("tier %s: %v/%v, want its limits whole %v/%v", name, b.Tenant, b.Key, a.Tenant, a.Key)
+		}
+	}
+	for i, e := range q.Endpoints() {
+		if w := p.Endpoints()[i]; (e.Limit == nil) != (w.Limit == nil) || e.Limit != nil && *e.Limit != *w.Limit {
+			t.Errorf("endpoint %s: limit %v, want it whole %v", e.Name, e.Limit, w.Limit)
+		}
+	}
+	if _, err := p.SharePlane(0); err == nil {
+		t.Error("SharePlane(0) succeeded")
+	}
+}
