@@ -9,11 +9,19 @@ import (
 type Mode string
 
 const (
-	// ModeLocal decides in the enforcer's process only (one enforcer, or per-pod limits).
+	// ModeLocal decides in the enforcer's process only: every limit holds
+	// per enforcer, so N replicas admit up to N times it (the manager keeps a
+	// local plane at one replica).
 	ModeLocal Mode = "local"
-	// ModeCentral decides every request in Redis with one atomic script.
+	// ModeCentral decides every request in Redis with one atomic script:
+	// every level exact fleet-wide, under any routing; fairness and floors
+	// fleet-wide.
 	ModeCentral Mode = "central"
-	// ModeLocalReconciled decides locally on a share of each limit and reconciles with Redis.
+	// ModeLocalReconciled decides locally on the node's part of each limit,
+	// which follows where that limit's demand arrives, and reconciles with
+	// Redis every reconcileInterval: every level within a few percent of its
+	// limit under any routing (within 5% at 200ms, measured); limits too small
+	// to split over the nodes are decided in Redis.
 	ModeLocalReconciled Mode = "local-reconciled"
 )
 
@@ -26,11 +34,16 @@ const (
 	// priority reserves: a tier's floor share of the global burst is kept
 	// from lower tiers, which is not a rate guarantee.
 	FairnessNone Fairness = "none"
-	// FairnessMaxMin is weighted max-min water-filling over measured demand.
+	// FairnessMaxMin is weighted max-min water-filling over measured demand,
+	// fleet-wide in every mode: a tenant above its share is paced to it while
+	// the global level is contended.
 	FairnessMaxMin Fairness = "maxmin"
-	// FairnessWFQ is weighted fair queueing.
+	// FairnessWFQ paces as maxmin and, in addition, holds a request denied
+	// at the contended global level up to 50ms in a bounded queue that admits
+	// in weighted-fair-queueing (virtual finish time) order.
 	FairnessWFQ Fairness = "wfq"
-	// FairnessDRR is deficit round robin.
+	// FairnessDRR paces as maxmin and queues as wfq, admitting in deficit
+	// round robin order.
 	FairnessDRR Fairness = "drr"
 )
 
@@ -39,7 +52,9 @@ const (
 type FailureMode string
 
 const (
-	// FailureDegrade enforces locally with this node's share of every limit.
+	// FailureDegrade enforces locally with this node's share of every limit
+	// (central: debited from the fleet's buckets when Redis is back;
+	// local-reconciled: the parts the last reconcile sized).
 	FailureDegrade FailureMode = "degrade"
 	// FailureAllow admits everything while Redis is unreachable.
 	FailureAllow FailureMode = "allow"
@@ -139,8 +154,9 @@ type Tier struct {
 
 	// floorPercent is the percentage of the global rate the tier keeps under
 	// global pressure, as far as its tenants want it (fairness maxmin, wfq or
-	// drr); with fairness none, the percentage of the global burst that lower
-	// tiers cannot take. Floors of all tiers add up to at most 100.
+	// drr; fleet-wide in every mode); with fairness none, the percentage of
+	// the global burst that lower tiers cannot take. Floors of all tiers add
+	// up to at most 100.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
@@ -193,7 +209,16 @@ type QuotaPlaneSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.algorithm) || self.algorithm == 'tokenBucket'",fieldPath=".algorithm",message="the global limit must be a tokenBucket: fairness and reconciliation work on its refill rate; remove algorithm or set it to tokenBucket"
 	Global Limit `json:"global"`
 
-	// mode is where decisions are made: local, central or local-reconciled. Default local.
+	// mode is where decisions are made. local: in each enforcer alone, every
+	// limit per enforcer (N replicas admit N times it; the manager keeps a
+	// local plane at one replica). central: every decision in Redis, every
+	// level exact fleet-wide under any routing, at a Redis round trip per
+	// batch. local-reconciled: in each enforcer on its part of every limit,
+	// which follows where that limit's demand arrives, reconciled with Redis
+	// every reconcileInterval: every level within a few percent under any
+	// routing (round robin, pinned by tenant, skewed), limits too small to
+	// split over the nodes decided in Redis. docs/modes.md has the table.
+	// Default local.
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
 
@@ -213,11 +238,17 @@ type QuotaPlaneSpec struct {
 	// +kubebuilder:validation:Maximum=64
 	Shards int32 `json:"shards,omitempty"`
 
-	// fairness is how contended global capacity is shared: none, maxmin, wfq or drr. Default maxmin.
+	// fairness is how contended global capacity is shared: none, maxmin, wfq
+	// or drr, fleet-wide in every mode (central and local-reconciled exchange
+	// tenants' demand through Redis). Default maxmin.
 	// +optional
 	Fairness Fairness `json:"fairness,omitempty"`
 
-	// failureMode is what enforcers do when Redis is unreachable: degrade, allow or deny. Default degrade.
+	// failureMode is what enforcers of a central or local-reconciled plane do
+	// while Redis is unreachable (central: the circuit breaker is open;
+	// local-reconciled: three reconciles in a row failed): degrade, allow or
+	// deny. The enforcer's quota_backend_degraded metric says when it is in
+	// force, and it logs entering and leaving it. Default degrade.
 	// +optional
 	FailureMode FailureMode `json:"failureMode,omitempty"`
 
