@@ -66,11 +66,16 @@ type centralFair struct {
 	failures int      // exchanges failed in a row
 	tenants  []*tenantState
 	busy     []fleetClaim
-	report   []byte
-	parsed   []fleetClaim // one report's claimants
-	fleet    []fleetClaim // the fleet's claimants by name, then its tails
-	byName   map[string]int
-	tails    map[tailKey]int
+	// Per tier rank: the tokens offered since the last measure, the sum of
+	// its tenants' averages, and the moving average of its offered rate
+	// (with its weight, as measureDemand's).
+	tierOffered, tierEstimated, tierAverage [policy.MaxTiers]float64
+	tierWeight                              float64
+	report                                  []byte
+	parsed                                  []fleetClaim // one report's claimants
+	fleet                                   []fleetClaim // the fleet's claimants by name, then its tails
+	byName                                  map[string]int
+	tails                                   map[tailKey]int
 }
 
 // centralShares is one allocation, immutable once published.
@@ -152,7 +157,7 @@ func (b *central) exchange(snap *snapshot) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
 	start := time.Now()
 	reply, err := lua.Heartbeat.Run(ctx, b.client, []string{prefix + "nodes", prefix + "fd:" + e.nodeID, prefix + "g"},
-		e.nodeID, (3 * s.heartbeatInterval).Milliseconds(), report, (5 * s.tickInterval).Milliseconds()).Slice()
+		e.nodeID, (3 * s.heartbeatInterval).Milliseconds(), report, (3 * s.heartbeatInterval).Milliseconds()).Slice()
 	cancel()
 	e.observeRedis(time.Since(start))
 	if err == nil && len(reply) < 3 {
@@ -224,8 +229,19 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 	defer e.fair.mu.Unlock()
 	first := cf.last == 0 || now <= cf.last
 	seconds := float64(now-cf.last) / 1e6
+	if cf.last == 0 {
+		cf.tierAverage, cf.tierWeight = [policy.MaxTiers]float64{}, 0
+	}
+	cf.tierOffered, cf.tierEstimated = [policy.MaxTiers]float64{}, [policy.MaxTiers]float64{}
 	cf.last = now
 	p := snap.policy
+	// A node sees its part of a spread tenant's arrivals: its average may
+	// run as many times longer as there are nodes, to rest on as many
+	// arrivals as one engine's. Split into pieces with a node's noise, a
+	// tail tenant's claims would otherwise add up short (min(d, λw) is
+	// concave), and its tier's level run high.
+	nodes := max(b.fleet.nodes.Load(), 1)
+	maxWindow := time.Duration(nodes) * maxDemandWindow
 	cf.tenants = e.tenants.appendAll(cf.tenants[:0])
 	defer clear(cf.tenants)
 	busy := cf.busy[:0]
@@ -238,9 +254,9 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 		if first || ts.name == overflowName {
 			continue
 		}
-		demand := e.measureDemand(ts, offered, arrivals, seconds)
+		demand := e.measureDemand(ts, offered, arrivals, seconds, maxWindow)
 		ts.demandBits.Store(math.Float64bits(demand))
-		if demand <= 0 {
+		if demand <= 0 && offered == 0 {
 			continue
 		}
 		t, known := p.Tenant(ts.name)
@@ -249,6 +265,11 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 		}
 		rank, ok := snap.tierRank[t.Tier]
 		if !ok {
+			continue
+		}
+		cf.tierOffered[rank] += float64(offered)
+		cf.tierEstimated[rank] += demand
+		if demand <= 0 {
 			continue
 		}
 		limit := math.Inf(1) // what the tenant's own limits let through
@@ -264,19 +285,26 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 	if first {
 		return nil, false
 	}
+	busy = cf.unattributed(busy, len(snap.floors), seconds, e.settings.demandWindow)
 	slices.SortFunc(busy, func(x, y fleetClaim) int {
-		return cmp.Or(cmp.Compare(y.demand, x.demand), cmp.Compare(x.name, y.name))
+		return cmp.Or(cmp.Compare(tailOrder(x), tailOrder(y)), cmp.Compare(y.demand, x.demand), cmp.Compare(x.name, y.name))
 	})
 	named := busy[:min(len(busy), maxFleetTenants)]
+	for len(named) > 0 && named[len(named)-1].name == "" {
+		named = named[:len(named)-1] // unattributed claims are tails
+	}
 	// The rest, per tier and step, as spread over the nodes: each node
 	// reports its part of a tenant's demand and of its weight, at the ratio
 	// the whole tenant would have.
-	nodes := float64(max(b.fleet.nodes.Load(), 1))
 	tails := busy[len(named):]
 	for i := range tails {
 		c := &tails[i]
-		c.step = tailStep(nodes * c.demand / c.weight)
-		c.demand, c.weight, c.name = min(c.demand, c.cap/nodes), c.weight/nodes, ""
+		if c.name == "" {
+			continue // unattributed: already the node's part
+		}
+		n := float64(nodes)
+		c.step = tailStep(n * c.demand / c.weight)
+		c.demand, c.weight, c.name = min(c.demand, c.cap/n), c.weight/n, ""
 	}
 	slices.SortFunc(tails, func(x, y fleetClaim) int {
 		return cmp.Or(cmp.Compare(x.rank, y.rank), cmp.Compare(x.step, y.step))
@@ -293,6 +321,38 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 	cf.report = encodeReport(cf.report[:0], cf.denials.Swap(0), named, merged)
 	return cf.report, true
 }
+
+// unattributed adds to busy, per tier, the demand the tenants' own
+// averages do not account for yet: what the tier's arrivals say (a moving
+// average over window, dense enough to be exact at once) less the sum of
+// its tenants' averages, when positive. A node sees its part of a spread
+// tenant's arrivals, so a sparse tenant's average starts (at its second
+// arrival at the node) and settles N times later than one engine's would:
+// left out, the tail's many small claims would be missing from the
+// allocation, its tier's level would run high, and the tier over its share.
+// The residual is claimed as wanted in full (a claimant whose demand per
+// weight is tiny): it comes from tenants too sparse to be measured, which
+// are below any level that matters.
+func (cf *centralFair) unattributed(busy []fleetClaim, tiers int, seconds float64, window time.Duration) []fleetClaim {
+	alpha := 1 - math.Exp(-seconds/max(window.Seconds(), 1))
+	cf.tierWeight += alpha * (1 - cf.tierWeight)
+	for k := range tiers {
+		cf.tierAverage[k] += alpha * (cf.tierOffered[k]/seconds - cf.tierAverage[k])
+		if residual := cf.tierAverage[k]/cf.tierWeight - cf.tierEstimated[k]; residual > 0 {
+			busy = append(busy, fleetClaim{demand: residual, weight: residual / unattributedRatio, cap: math.Inf(1), rank: k,
+				step: unattributedStep})
+		}
+	}
+	return busy
+}
+
+const (
+	// unattributedRatio is the demand per weight of a tier's unattributed
+	// demand: below any water level, so it is claimed in full.
+	unattributedRatio = 1e-6
+	// unattributedStep is its tail step: before every other.
+	unattributedStep = math.MinInt32
+)
 
 // tailOrder sorts tenants (0) before tail steps (1).
 func tailOrder(c fleetClaim) int {

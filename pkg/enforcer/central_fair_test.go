@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -239,5 +241,33 @@ func TestCentralFairAllocationIsDeterministic(t *testing.T) {
 	}
 	if got := levels(append([]string{reports[0]}, bad...)); got != want {
 		t.Fatalf("a truncated report beside a whole one: levels %v, want %v", got, want)
+	}
+}
+
+// BenchmarkCentralFairness measures central mode's batched decisions, as
+// BenchmarkCentral's zipf/batch=true, with fairness none and maxmin on an
+// uncontended plane: what the fleet exchange and the decision path's
+// check for shares in force cost when nothing is paced.
+//
+//	go test -run '^$' -bench 'CentralFairness' -benchmem -count 3 ./pkg/enforcer/
+func BenchmarkCentralFairness(b *testing.B) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 256})
+	b.Cleanup(func() { client.Close() })
+	ctx := context.Background()
+	const tenants = 1000
+	for _, fairness := range []string{"none", "maxmin"} {
+		b.Run("fairness="+fairness, func(b *testing.B) {
+			if err := client.FlushDB(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			p := compileYAML(b, withMode(benchPolicyYAML(tenants, 1_000_000_000, fairness), "central"))
+			e := newEngine(b, p, WithRedis(client), WithNodeID("bench"), WithRedisTimeout(time.Second), WithRedisConcurrency(2))
+			reqs := centralBenchRequests("zipf", tenants)
+			runLatencies(b, func(i int) bool {
+				d, err := e.Decide(ctx, reqs[i%len(reqs)])
+				return err == nil && d.Allow
+			})
+		})
 	}
 }

@@ -126,6 +126,24 @@
 // path; the tick that measures demand runs once per interval, inside the
 // decision that crosses it.
 //
+// In mode central the same allocation runs on the fleet's demand
+// (central_fair.go). Every fairness interval each node measures its
+// tenants' demand from its decisions through Redis, reports its busiest
+// tenants by name and the rest summed per tier and ratio of demand to
+// weight, and reads back every live node's report in one atomic call
+// (heartbeat.lua); it then allocates the plane's whole global rate among
+// the fleet's claimants, sorted by tier and name, so that nodes that read
+// the same reports compute the same water levels. A node sees its part of
+// a spread tenant's arrivals, so its averages may run as many times longer
+// as there are nodes, and what a tier's arrivals show beyond its tenants'
+// averages (tenants too sparse to be measured yet) is claimed in full
+// rather than left out. While the plane is
+// contended, a paced request carries its tenant's fair share to decide.lua,
+// which paces the tenant fleet-wide with a share bucket in Redis (the same
+// size and rules as the engine's) and denies it at the global level with
+// the same reason. wfq and drr pace as maxmin there: central mode has no
+// waiting queue.
+//
 // # Backends
 //
 // The plane's mode picks where decisions are made; the engine's contract is
@@ -138,9 +156,11 @@
 //     one atomic call, at Redis TIME, with the same integer arithmetic as
 //     the Go engine (the behaviour suite replays the Go engine's decisions
 //     through it). Concurrent decisions are coalesced into batches, one call
-//     per batch (central.go). Tier floors are reserves of the global bucket
-//     whatever the fairness mode: weighted max-min pacing needs a view of the
-//     fleet's demand that central mode does not keep. Each call has a
+//     per batch (central.go). Fairness and tier floors hold fleet-wide, as
+//     rate guarantees, with the fleet's demand exchanged every fairness
+//     interval (see Fairness); a tenant beyond a node's busiest 128 is
+//     counted as spread over the nodes as the fleet's requests are, so a
+//     small tenant pinned to one node is under-counted. Each call has a
 //     deadline; a circuit breaker opens after failures, and meanwhile the
 //     plane's failureMode decides (failure.go): degrade (this node's share of
 //     every limit, debited from the fleet's buckets when Redis is back),

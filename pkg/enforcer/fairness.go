@@ -124,7 +124,7 @@ func (e *Engine) tick(now int64) {
 		if first {
 			continue
 		}
-		demand := e.measureDemand(ts, offered, arrivals, seconds)
+		demand := e.measureDemand(ts, offered, arrivals, seconds, maxDemandWindow)
 		ts.demandBits.Store(math.Float64bits(demand))
 		// The tenant's fleet-wide demand: what the fleet reported (at
 		// least this node's own), or, for a tenant not among this node's
@@ -166,7 +166,10 @@ func (f *fairness) reallocate(snap *snapshot, scale, total float64, denials int6
 // measureDemand folds one tick's offered tokens and arrivals into the
 // tenant's demand estimate and returns it (tokens/s), an exponential
 // moving average over a window of at least demandWindow and long enough to
-// hold demandSamples arrivals, up to maxDemandWindow.
+// hold demandSamples arrivals, up to maxWindow (maxDemandWindow; in mode
+// central, where a node sees its part of a tenant's arrivals, as many
+// times longer as there are nodes, so that a node's estimate rests on as
+// many arrivals as one engine's would).
 //
 // Why the window follows the arrival rate: the allocation caps each
 // tenant's claim at its estimated demand, min(estimate, level), and min is
@@ -181,7 +184,7 @@ func (f *fairness) reallocate(snap *snapshot, scale, total float64, denials int6
 // about 1/√(2·demandSamples) whatever its rate, while a busy tenant keeps a
 // short window: a whale's spike is seen at once and its end within a
 // window of demandWindow.
-func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds float64) float64 {
+func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds float64, maxWindow time.Duration) float64 {
 	fresh := ts.demandWeight == 0
 	if fresh && arrivals > 0 {
 		// The arrival that starts a tenant's average is there because the
@@ -196,7 +199,7 @@ func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds
 	// The window follows the rate measured so far, never this tick's: a
 	// window chosen from the sample it averages would be short whenever a
 	// request arrived and long when none did, and bias the average up.
-	window := maxDemandWindow.Seconds()
+	window := maxWindow.Seconds()
 	if !fresh {
 		if rate := ts.arrivalAverage / ts.demandWeight; rate > 0 {
 			window = min(max(e.settings.demandWindow.Seconds(), demandSamples/rate), window)
