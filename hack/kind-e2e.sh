@@ -2,8 +2,8 @@
 # Installs quotaplane on a kind cluster the way a user would and runs the
 # end-to-end suite against it: builds both images from Dockerfile.manager and
 # Dockerfile.enforcer, loads them into the cluster, runs
-# `kubectl apply -k config/default`, applies the sample plane
-# (config/samples/) in quotaplane-system, waits until the manager has
+# `kubectl apply -k config/default`, applies the sample plane as the install
+# runs it (`kubectl apply -k config/plane`: mode central) in quotaplane-system, waits until the manager has
 # published its policy and the enforcers are ready, and asks the enforcer
 # Service for a free-tier tenant's whole burst twice (the first answer must
 # be 200, the next a 429 naming the limit). Then it forwards local ports to
@@ -146,8 +146,8 @@ k -n "$NAMESPACE" wait --for=condition=Available --timeout="$timeout" \
 	deployment/quotaplane-redis deployment/quotaplane-manager
 k -n "$NAMESPACE" rollout status --timeout="$timeout" deployment/quotaplane-manager
 
-log "applying the sample plane (config/samples/) in $NAMESPACE"
-k apply -n "$NAMESPACE" -f config/samples/
+log "kubectl apply -k config/plane (the sample plane, mode central) in $NAMESPACE"
+k apply -n "$NAMESPACE" -k config/plane
 
 log "waiting for the manager to publish quotaplane/$PLANE"
 deadline=$((SECONDS + TIMEOUT_SECONDS))
@@ -255,7 +255,7 @@ cat <<EOF
 kind-e2e: PASS
   cluster          kind-$KIND_CLUSTER ($ENGINE)
   images           $MANAGER_IMAGE, $ENFORCER_IMAGE
-  installed        kubectl apply -k config/default, samples in $NAMESPACE
+  installed        kubectl apply -k config/default, -k config/plane in $NAMESPACE
   published        quotaplane/$PLANE version $version
   first request    200
   over the burst   429, X-Quota-Level: $level, Retry-After: $(header Retry-After), X-Quota-Reason: $(header X-Quota-Reason)
