@@ -66,16 +66,16 @@ type centralFair struct {
 	failures int      // exchanges failed in a row
 	tenants  []*tenantState
 	busy     []fleetClaim
-	// Per tier rank: the tokens offered since the last measure, the sum of
-	// its tenants' averages, and the moving average of its offered rate
-	// (with its weight, as measureDemand's).
-	tierOffered, tierEstimated, tierAverage [policy.MaxTiers]float64
-	tierWeight                              float64
-	report                                  []byte
-	parsed                                  []fleetClaim // one report's claimants
-	fleet                                   []fleetClaim // the fleet's claimants by name, then its tails
-	byName                                  map[string]int
-	tails                                   map[tailKey]int
+	// Per tier rank: the tokens offered since the last measure by tenants
+	// whose own average has not started at this node, and their moving
+	// average (with its weight, as measureDemand's).
+	unmeasured, tierAverage [policy.MaxTiers]float64
+	tierWeight              float64
+	report                  []byte
+	parsed                  []fleetClaim // one report's claimants
+	fleet                   []fleetClaim // the fleet's claimants by name, then its tails
+	byName                  map[string]int
+	tails                   map[tailKey]int
 }
 
 // centralShares is one allocation, immutable once published.
@@ -232,7 +232,7 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 	if cf.last == 0 {
 		cf.tierAverage, cf.tierWeight = [policy.MaxTiers]float64{}, 0
 	}
-	cf.tierOffered, cf.tierEstimated = [policy.MaxTiers]float64{}, [policy.MaxTiers]float64{}
+	cf.unmeasured = [policy.MaxTiers]float64{}
 	cf.last = now
 	p := snap.policy
 	// A node sees its part of a spread tenant's arrivals: its average may
@@ -267,9 +267,8 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 		if !ok {
 			continue
 		}
-		cf.tierOffered[rank] += float64(offered)
-		cf.tierEstimated[rank] += demand
 		if demand <= 0 {
+			cf.unmeasured[rank] += float64(offered) // arrivals no average of the tenant's holds yet
 			continue
 		}
 		limit := math.Inf(1) // what the tenant's own limits let through
@@ -322,24 +321,25 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 	return cf.report, true
 }
 
-// unattributed adds to busy, per tier, the demand the tenants' own
-// averages do not account for yet: what the tier's arrivals say (a moving
-// average over window, dense enough to be exact at once) less the sum of
-// its tenants' averages, when positive. A node sees its part of a spread
-// tenant's arrivals, so a sparse tenant's average starts (at its second
-// arrival at the node) and settles N times later than one engine's would:
-// left out, the tail's many small claims would be missing from the
-// allocation, its tier's level would run high, and the tier over its share.
-// The residual is claimed as wanted in full (a claimant whose demand per
-// weight is tiny): it comes from tenants too sparse to be measured, which
-// are below any level that matters.
+// unattributed adds to busy, per tier, the demand of the tenants whose own
+// averages have not started at this node (a moving average over window of
+// their arrivals: together they are dense enough to be measured at once).
+// A node sees its part of a spread tenant's arrivals, so a sparse tenant's
+// average starts (at its second arrival at the node) and settles N times
+// later than one engine's would: left out, the tail's many small claims
+// would be missing from the allocation, its tier's level would run high,
+// and the tier over its share. They are claimed as wanted in full (a
+// claimant whose demand per weight is tiny): too sparse to be measured,
+// they are below any level that matters. (Arrivals a measured tenant's
+// average does not yet reflect are not counted: a whale's spike that ends
+// would be claimed in full for a while, and starve its tier.)
 func (cf *centralFair) unattributed(busy []fleetClaim, tiers int, seconds float64, window time.Duration) []fleetClaim {
 	alpha := 1 - math.Exp(-seconds/max(window.Seconds(), 1))
 	cf.tierWeight += alpha * (1 - cf.tierWeight)
 	for k := range tiers {
-		cf.tierAverage[k] += alpha * (cf.tierOffered[k]/seconds - cf.tierAverage[k])
-		if residual := cf.tierAverage[k]/cf.tierWeight - cf.tierEstimated[k]; residual > 0 {
-			busy = append(busy, fleetClaim{demand: residual, weight: residual / unattributedRatio, cap: math.Inf(1), rank: k,
+		cf.tierAverage[k] += alpha * (cf.unmeasured[k]/seconds - cf.tierAverage[k])
+		if demand := cf.tierAverage[k] / cf.tierWeight; demand > 0 {
+			busy = append(busy, fleetClaim{demand: demand, weight: demand / unattributedRatio, cap: math.Inf(1), rank: k,
 				step: unattributedStep})
 		}
 	}

@@ -271,3 +271,28 @@ func BenchmarkCentralFairness(b *testing.B) {
 		})
 	}
 }
+
+// TestCentralUnattributedDemand: what the tenants whose averages have not
+// started offer is claimed in full (its demand per weight below any
+// level), from the first measure on, per tier.
+func TestCentralUnattributedDemand(t *testing.T) {
+	var cf centralFair
+	cf.unmeasured[2] = 40 // 400 tokens/s over 0.1 s
+	got := cf.unattributed(nil, 3, 0.1, 500*time.Millisecond)
+	if len(got) != 1 || got[0].rank != 2 || math.Abs(got[0].demand-400) > 1e-6 || got[0].demand/got[0].weight != unattributedRatio {
+		t.Fatalf("claims %+v; want one of tier 2, 400/s, at the unattributed ratio", got)
+	}
+	p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", 1000, scenarioTiers, nil), "central"))
+	b := &central{e: &Engine{}}
+	b.fair.startFleet()
+	// Tier 2: a tenant of 2,000/s and the 400/s no tenant's average accounts
+	// for; 600/s of tier 2's share goes to the named tenant, all 400 to
+	// the rest.
+	named := []fleetClaim{{name: "big", demand: 2000, weight: 1, cap: math.Inf(1), rank: 2}}
+	b.fair.add(string(encodeReport(nil, 0, named, got)), 3)
+	b.allocate(newSnapshot(p), 1, 1, 1)
+	v := b.fair.view.Load()
+	if v == nil || math.Abs(v.levels[2]-600) > 1e-6 {
+		t.Fatalf("free level %v; want 600 (1,000 less the 400 wanted in full)", v)
+	}
+}

@@ -135,9 +135,9 @@
 // the fleet's claimants, sorted by tier and name, so that nodes that read
 // the same reports compute the same water levels. A node sees its part of
 // a spread tenant's arrivals, so its averages may run as many times longer
-// as there are nodes, and what a tier's arrivals show beyond its tenants'
-// averages (tenants too sparse to be measured yet) is claimed in full
-// rather than left out. While the plane is
+// as there are nodes, and the arrivals of tenants too sparse to have an
+// average at a node yet are claimed in full rather than left out. While
+// the plane is
 // contended, a paced request carries its tenant's fair share to decide.lua,
 // which paces the tenant fleet-wide with a share bucket in Redis (the same
 // size and rules as the engine's) and denies it at the global level with
