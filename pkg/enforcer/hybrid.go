@@ -114,6 +114,17 @@ type hybridCall struct {
 	decided  int64 // Redis TIME of the decision, µs
 }
 
+// meetsSmall reports whether r (resolved in s to ep) meets a small limit,
+// allocating nothing: most requests of a plane with small limits meet none.
+func (s *snapshot) meetsSmall(r *Request, ep int) bool {
+	p := s.policy
+	t, known := p.Tenant(r.Tenant)
+	if !known {
+		t, _ = p.DefaultTenant(r.Tenant, r.Tier)
+	}
+	return s.small(t.Limit) || ep >= 0 && s.small(p.EndpointLimit(&t, ep)) || r.APIKey != "" && s.small(p.KeyLimit(&t, r.APIKey))
+}
+
 // smallLevels appends to hc the small limits r meets (resolved in snap: ep
 // and cost as snap.resolve gave them).
 func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (tenant, endpoint, key int) {
@@ -150,6 +161,13 @@ func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (
 // whether Redis admitted them (filling ds[i] of the first denied with its
 // denial), and an error when Redis did not answer.
 func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []int64, ds []Decision) (*hybridCall, bool, error) {
+	meets := false
+	for i := range rs {
+		meets = meets || snap.meetsSmall(&rs[i], eps[i])
+	}
+	if !meets {
+		return nil, true, nil
+	}
 	hc := &hybridCall{}
 	none := make([]byte, 32) // no limit: global, pool, demand counter
 	limits := append(append(append([]byte{}, none...), none...), none...)
@@ -251,6 +269,9 @@ func (e *Engine) hybridRefund(hc *hybridCall) {
 // levels decide next, and the call (nil when r meets no small limit, or
 // Redis did not answer) is what to give back if they deny.
 func (e *Engine) decideSmall(snap *snapshot, ts *tenantState, r *Request, ep int, cost, now int64, d *Decision) (*hybridCall, bool) {
+	if !snap.meetsSmall(r, ep) {
+		return nil, false
+	}
 	var one [1]Decision
 	hc, admitted, err := e.hybridDecide(snap, []Request{*r}, []int{ep}, []int64{cost}, one[:])
 	switch {

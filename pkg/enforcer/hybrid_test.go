@@ -133,3 +133,22 @@ func TestReconciledSmallLimitsWhileDegraded(t *testing.T) {
 		t.Errorf("an export in Redis after the outage: %+v", d)
 	}
 }
+
+// TestReconciledSmallLimitsCostNothingElse: on a plane with a small limit,
+// a request that meets none is decided on the node alone, allocating
+// nothing.
+func TestReconciledSmallLimitsCostNothingElse(t *testing.T) {
+	srv := redistest.Start(t)
+	e := smallFleet(t, srv, smallPlane(t), 3)[0] // 2 exports over 3 nodes: small
+	ctx := context.Background()
+	read := Request{Tenant: "f", Endpoint: "read", APIKey: "k"}
+	if allocs := testing.AllocsPerRun(100, func() { _, _ = e.Decide(ctx, read) }); allocs != 0 {
+		t.Errorf("a read on a plane with a small export limit allocates %v times", allocs)
+	}
+	snap := e.snap.Load()
+	exportIdx, _ := snap.policy.EndpointIndex("export")
+	readIdx, _ := snap.policy.EndpointIndex("read")
+	if !snap.meetsSmall(&Request{Tenant: "f", Endpoint: "export"}, exportIdx) || snap.meetsSmall(&read, readIdx) {
+		t.Error("meetsSmall does not tell the export from the read")
+	}
+}
