@@ -599,7 +599,10 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	if mode == arrival {
 		counted = cost
 	}
-	if l := &ts.limit; l.active() {
+	// A level too small to split for this cost was decided in Redis
+	// (hybrid.go): it is not the node's.
+	tenantOn := ts.limit.active() && !snap.small(ts.limit.lim, cost)
+	if l := &ts.limit; tenantOn {
 		l.settle(now)
 		l.offered += counted
 		if !l.canCover(cost) {
@@ -616,7 +619,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 	}
 	if lower == LevelNone && ep >= 0 {
-		if l := &ts.endpoints[ep]; l.active() {
+		if l := &ts.endpoints[ep]; l.active() && !snap.small(l.lim, cost) {
 			epLim = l
 			l.settle(now)
 			l.offered += counted
@@ -626,7 +629,9 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 	}
 	if lower == LevelNone && apiKey != "" {
-		if key = ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && key.limit.active() {
+		if key = ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && snap.small(key.limit.lim, cost) {
+			key.lastSeen, key = now, nil
+		} else if key != nil && key.limit.active() {
 			key.lastSeen = now
 			l := &key.limit
 			l.settle(now)
@@ -724,7 +729,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	}
 	switch {
 	case allow:
-		if ts.limit.active() && cost > borrow {
+		if tenantOn && cost > borrow {
 			g.take(&ts.limit, cost-borrow, now)
 		}
 		if borrow > 0 {
@@ -740,7 +745,11 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if paced {
 			g.takeShare(&ts.share, float64(cost))
 		}
-		d.Remaining, d.Bound = remainingAfter(globalRemaining, &ts.limit, epLim, key)
+		tenantLim := &ts.limit
+		if !tenantOn {
+			tenantLim = nil
+		}
+		d.Remaining, d.Bound = remainingAfter(globalRemaining, tenantLim, epLim, key)
 	case mode == fromQueue && (!globalOK || !shareOK):
 		// The waiter goes on waiting: nothing to record.
 		d.Level, d.Bound, d.RetryAfter = LevelGlobal, LevelGlobal, retryDuration(globalRetry)
@@ -791,7 +800,7 @@ func remainingAfter(global int64, tenant, endpoint *limiter, key *keyState) (int
 	var tightest *limiter
 	level := LevelGlobal
 	estimate := float64(global)
-	if tenant.active() {
+	if tenant != nil && tenant.active() {
 		if f := tenant.estimate(); f < estimate {
 			tightest, level, estimate = tenant, LevelTenant, f
 		}

@@ -12,19 +12,24 @@ import (
 
 // Limits too small to split, in local-reconciled mode.
 //
-// A node's part of a limit is at least one of the plane's costliest
-// requests (limiter.setPart's floor), so a limit smaller than the live
-// nodes times that cost — the free tier's 2 exports per 5 minutes over 8
-// nodes — would admit a request per node, several times its limit. Such a
-// limit is small (snapshot.small) and is decided in Redis instead, by
-// decide.lua on the fleet's bucket or window, the one the reconcile loop
-// would push to: a request that meets small limits is decided there first,
-// at those levels only (no global, whose node share stays local), then on
-// the node's own state at the others, and what Redis debited is given back
-// (refund.lua) when the node's own levels deny it. Between the two a
-// concurrent request may see the debit and be denied for it: the small
-// levels may admit less, never more. A group (DecideAll) has its small
-// levels decided as one group in Redis, all or nothing, then the rest.
+// A node's part of a limit must hold at least one request of the costs it
+// decides there, so a limit smaller than the live nodes times a request's
+// cost — the free tier's 2 exports per 5 minutes over 8 nodes — would
+// admit one per node, several times its limit. For such a request the
+// limit is small (snapshot.small: capacity < nodes × cost) and is decided
+// in Redis instead, by decide.lua on the fleet's bucket or window, the one
+// the reconcile loop pushes the node's own admissions to: a request that
+// meets small limits is decided there first, at those levels only (no
+// global, whose node share stays local), then on the node's own state at
+// the others, and what Redis debited is given back (refund.lua) when the
+// node's own levels deny it. Between the two a concurrent request may see
+// the debit and be denied for it: the small levels may admit less, never
+// more. A group (DecideAll) has its small levels decided as one group in
+// Redis, all or nothing, then the rest. Smallness is per request: the same
+// tenant limit may be split for reads (cost 1) and decided in Redis for
+// exports (cost 50), so only the costly requests pay a round trip; a
+// request decided in Redis at its tenant level does not borrow from the
+// burst pool there.
 //
 // While Redis does not answer, the plane's failureMode decides: deny
 // denies; allow and degrade decide on the node's own state without the
@@ -32,54 +37,57 @@ import (
 // failed reconciles), after which every limit is the node's again, small
 // ones at the floored share, until Redis is back.
 
-// small reports whether lim is too small to split over the fleet: its
-// burst (a window's capacity) holds less than one of the plane's costliest
-// requests per live node. Never outside local-reconciled, nor with one
+// small reports whether lim is too small to split over the fleet for a
+// request of cost: its burst (a window's capacity) holds less than one such
+// request per live node. Never outside local-reconciled, nor with one
 // node, nor while the node is degraded (snapshot.splitOver is 0).
-func (s *snapshot) small(lim *policy.Limit) bool {
-	if lim == nil || s.splitOver < 2 {
-		return false
-	}
-	capacity := lim.Burst
-	if lim.Algorithm == policy.SlidingWindow {
-		capacity = lim.Rate
-	}
-	return capacity < s.splitOver*s.maxCost
+func (s *snapshot) small(lim *policy.Limit, cost int64) bool {
+	return s.splitOver > 1 && lim != nil && capacityOf(lim) < s.splitOver*cost
 }
 
-// anySmall reports whether any tenant, endpoint or key limit of the
-// snapshot's policy is small.
+// capacityOf is a limit's burst, or a sliding window's capacity.
+func capacityOf(lim *policy.Limit) int64 {
+	if lim.Algorithm == policy.SlidingWindow {
+		return lim.Rate
+	}
+	return lim.Burst
+}
+
+// anySmall reports whether some request may meet a small limit: whether
+// any tenant, endpoint or key limit of the snapshot's policy is small for
+// the plane's costliest request.
 func (s *snapshot) anySmall() bool {
 	if s.splitOver < 2 {
 		return false
 	}
+	small := func(lim *policy.Limit) bool { return s.small(lim, s.maxCost) }
 	spec := s.policy.Spec()
 	for _, t := range spec.Tiers {
-		if s.small(t.Tenant) || s.small(t.Key) {
+		if small(t.Tenant) || small(t.Key) {
 			return true
 		}
 	}
 	for _, e := range spec.Endpoints {
-		if s.small(e.Limit) {
+		if small(e.Limit) {
 			return true
 		}
 		for i := range e.Tiers {
-			if s.small(&e.Tiers[i].Limit) {
+			if small(&e.Tiers[i].Limit) {
 				return true
 			}
 		}
 	}
 	for _, t := range spec.Tenants {
-		if s.small(t.Limit) {
+		if small(t.Limit) {
 			return true
 		}
 		for i := range t.Keys {
-			if s.small(&t.Keys[i].Limit) {
+			if small(&t.Keys[i].Limit) {
 				return true
 			}
 		}
 		for i := range t.Endpoints {
-			if s.small(&t.Endpoints[i].Limit) {
+			if small(&t.Endpoints[i].Limit) {
 				return true
 			}
 		}
@@ -116,13 +124,14 @@ type hybridCall struct {
 
 // meetsSmall reports whether r (resolved in s to ep) meets a small limit,
 // allocating nothing: most requests of a plane with small limits meet none.
-func (s *snapshot) meetsSmall(r *Request, ep int) bool {
+func (s *snapshot) meetsSmall(r *Request, ep int, cost int64) bool {
 	p := s.policy
 	t, known := p.Tenant(r.Tenant)
 	if !known {
 		t, _ = p.DefaultTenant(r.Tenant, r.Tier)
 	}
-	return s.small(t.Limit) || ep >= 0 && s.small(p.EndpointLimit(&t, ep)) || r.APIKey != "" && s.small(p.KeyLimit(&t, r.APIKey))
+	return s.small(t.Limit, cost) || ep >= 0 && s.small(p.EndpointLimit(&t, ep), cost) ||
+		r.APIKey != "" && s.small(p.KeyLimit(&t, r.APIKey), cost)
 }
 
 // smallLevels appends to hc the small limits r meets (resolved in snap: ep
@@ -135,7 +144,7 @@ func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (
 	}
 	holder := ""
 	add := func(level Level, lim *policy.Limit, endpointName string) int {
-		if !s.small(lim) {
+		if !s.small(lim, cost) {
 			return 0
 		}
 		if holder == "" {
@@ -163,7 +172,7 @@ func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (
 func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []int64, ds []Decision) (*hybridCall, bool, error) {
 	meets := false
 	for i := range rs {
-		meets = meets || snap.meetsSmall(&rs[i], eps[i])
+		meets = meets || snap.meetsSmall(&rs[i], eps[i], costs[i])
 	}
 	if !meets {
 		return nil, true, nil
@@ -269,7 +278,7 @@ func (e *Engine) hybridRefund(hc *hybridCall) {
 // levels decide next, and the call (nil when r meets no small limit, or
 // Redis did not answer) is what to give back if they deny.
 func (e *Engine) decideSmall(snap *snapshot, ts *tenantState, r *Request, ep int, cost, now int64, d *Decision) (*hybridCall, bool) {
-	if !snap.meetsSmall(r, ep) {
+	if !snap.meetsSmall(r, ep, cost) {
 		return nil, false
 	}
 	var one [1]Decision

@@ -10,12 +10,18 @@ import (
 
 // smallPlane is the sample plane's free-tier export limit, 2 exports per
 // 5 minutes (cost 50, a sliding window of 100), in local-reconciled mode,
-// with an api key limit big enough to split (1000 per hour) and reads.
-func smallPlane(t testing.TB) *policy.Policy {
+// with a tenant limit of 100 an hour when asked (too small to split for an
+// export over 3 nodes or more, not for a read), an api key limit big enough to
+// split (1000 per hour) and reads.
+func smallPlane(t testing.TB, tenantLimit bool) *policy.Policy {
 	doc := withMode(planeHeader, "local-reconciled", "reconcileInterval: 50ms")
+	tenant := ""
+	if tenantLimit {
+		tenant = "tenant: {rate: 100, burst: 100, period: 1h}, "
+	}
 	return compileYAML(t, doc+`  global: {rate: 100000, burst: 100000}
   fairness: none
-  tiers: [{name: free, weight: 1, key: {rate: 1000, burst: 1000, period: 1h}}]
+  tiers: [{name: free, weight: 1, `+tenant+`key: {rate: 1000, burst: 1000, period: 1h}}]
 ---
 apiVersion: quotaplane.io/v1alpha1
 kind: EndpointQuota
@@ -45,14 +51,14 @@ func smallFleet(t *testing.T, srv *redistest.Server, p *policy.Policy, n int) []
 	return fleet
 }
 
-// TestReconciledSmallLimitsDecidedInRedis: a limit too small to split over
-// 8 nodes (2 exports per 5 minutes: a node's share would be floored at one
-// export) is decided in Redis, so the fleet admits exactly 2 exports
-// however they are spread. Before, each node admitted one: 8, four times
-// the limit.
+// TestReconciledSmallLimitsDecidedInRedis: limits too small to split over
+// 8 nodes for an export (2 exports per 5 minutes, a tenant's 100 tokens an
+// hour: a node's share would be floored at one export) are decided in
+// Redis, so the fleet admits exactly 2 exports however they are spread.
+// Before, each node admitted one: 8, four times the limit.
 func TestReconciledSmallLimitsDecidedInRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	fleet := smallFleet(t, srv, smallPlane(t), 8)
+	fleet := smallFleet(t, srv, smallPlane(t, true), 8)
 	admitted := 0
 	for i := range 24 {
 		d, err := fleet[i%len(fleet)].Decide(context.Background(), Request{Tenant: "f", Endpoint: "export", APIKey: sprintf("k%d", i)})
@@ -61,8 +67,8 @@ func TestReconciledSmallLimitsDecidedInRedis(t *testing.T) {
 		}
 		if d.Allow {
 			admitted++
-		} else if d.Level != LevelEndpoint || d.RetryAfter <= 0 || d.Reason == reasonUnknown {
-			t.Errorf("denial %+v: want the endpoint level, its limit named, a retry time", d)
+		} else if d.Level != LevelTenant && d.Level != LevelEndpoint || d.RetryAfter <= 0 || d.Reason == reasonUnknown {
+			t.Errorf("denial %+v: want the tenant or endpoint level, its limit named, a retry time", d)
 		}
 	}
 	if admitted != 2 {
@@ -86,7 +92,7 @@ func TestReconciledSmallLimitsDecidedInRedis(t *testing.T) {
 // limit's 2 exports elsewhere.
 func TestReconciledSmallLimitRefunded(t *testing.T) {
 	srv := redistest.Start(t)
-	fleet := smallFleet(t, srv, smallPlane(t), 8)
+	fleet := smallFleet(t, srv, smallPlane(t, false), 8)
 	ctx := context.Background()
 	for { // use up key k's part on node 0
 		d, err := fleet[0].Decide(ctx, Request{Tenant: "f", Endpoint: "read", APIKey: "k"})
@@ -116,7 +122,7 @@ func TestReconciledSmallLimitRefunded(t *testing.T) {
 // degrade), and goes back to Redis when it returns.
 func TestReconciledSmallLimitsWhileDegraded(t *testing.T) {
 	srv := redistest.Start(t)
-	fleet := smallFleet(t, srv, smallPlane(t), 2)
+	fleet := smallFleet(t, srv, smallPlane(t, false), 2)
 	e := fleet[0]
 	srv.Stop()
 	waitFor(t, "the node to degrade", func() bool { return e.BackendStatus().Degraded && e.snap.Load().splitOver == 0 })
@@ -135,11 +141,12 @@ func TestReconciledSmallLimitsWhileDegraded(t *testing.T) {
 }
 
 // TestReconciledSmallLimitsCostNothingElse: on a plane with a small limit,
-// a request that meets none is decided on the node alone, allocating
-// nothing.
+// a request that meets none — a read, cheap enough to split the tenant
+// limit that is small for an export — is decided on the node alone,
+// allocating nothing.
 func TestReconciledSmallLimitsCostNothingElse(t *testing.T) {
 	srv := redistest.Start(t)
-	e := smallFleet(t, srv, smallPlane(t), 3)[0] // 2 exports over 3 nodes: small
+	e := smallFleet(t, srv, smallPlane(t, true), 3)[0] // 2 exports over 3 nodes: small
 	ctx := context.Background()
 	read := Request{Tenant: "f", Endpoint: "read", APIKey: "k"}
 	if allocs := testing.AllocsPerRun(100, func() { _, _ = e.Decide(ctx, read) }); allocs != 0 {
@@ -148,7 +155,7 @@ func TestReconciledSmallLimitsCostNothingElse(t *testing.T) {
 	snap := e.snap.Load()
 	exportIdx, _ := snap.policy.EndpointIndex("export")
 	readIdx, _ := snap.policy.EndpointIndex("read")
-	if !snap.meetsSmall(&Request{Tenant: "f", Endpoint: "export"}, exportIdx) || snap.meetsSmall(&read, readIdx) {
+	if !snap.meetsSmall(&Request{Tenant: "f", Endpoint: "export"}, exportIdx, 50) || snap.meetsSmall(&read, readIdx, 1) {
 		t.Error("meetsSmall does not tell the export from the read")
 	}
 }

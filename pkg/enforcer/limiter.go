@@ -40,16 +40,13 @@ type limiter struct {
 	// fleet says the reconcile loop sized part from the fleet's demand;
 	// otherwise it is the snapshot's even share.
 	fleet bool
-	// remote says the limit is decided in Redis, not here: too small to
-	// split over the fleet (hybrid.go); the limiter is then not active.
-	remote bool
 	// used is the cost taken since the reconcile loop last read it, and
 	// offered the cost of the requests that met this level (arrivals
 	// only): what a node pushes to the fleet's bucket and its demand.
 	used, offered int64
 }
 
-func (l *limiter) active() bool { return l.lim != nil && !l.remote }
+func (l *limiter) active() bool { return l.lim != nil }
 
 // capacity is the bucket size in token·µs.
 func (l *limiter) capacity() int64 { return l.burst * l.periodUs }
@@ -57,7 +54,7 @@ func (l *limiter) capacity() int64 { return l.burst * l.periodUs }
 // reset puts l in force for lim (its part) with a full bucket (or an empty
 // window); its part and counters carry over.
 func (l *limiter) reset(lim *policy.Limit, now int64) {
-	*l = limiter{lim: lim, part: l.part, floor: l.floor, fleet: l.fleet, remote: l.remote, used: l.used, offered: l.offered}
+	*l = limiter{lim: lim, part: l.part, floor: l.floor, fleet: l.fleet, used: l.used, offered: l.offered}
 	if lim == nil {
 		return
 	}
@@ -126,7 +123,6 @@ const partPrecision = 1000
 // fit sizes a tenant's limiter for snap: the part the reconcile loop gave
 // it, in mode local-reconciled, else the snapshot's.
 func (l *limiter) fit(snap *snapshot, now int64) {
-	l.remote = snap.small(l.lim)
 	part := snap.part
 	switch {
 	case !snap.reconciled:
@@ -134,7 +130,14 @@ func (l *limiter) fit(snap *snapshot, now int64) {
 	case l.fleet:
 		part = l.part
 	}
-	l.setPart(part, snap.maxCost, now)
+	// A part holds at least one of the plane's costliest requests, or,
+	// split over the live nodes, one of the costliest that the node
+	// decides at this level (costlier ones are decided in Redis: hybrid.go).
+	floor := snap.maxCost
+	if l.lim != nil && snap.splitOver > 1 {
+		floor = min(floor, max(capacityOf(l.lim)/snap.splitOver, 1))
+	}
+	l.setPart(part, floor, now)
 }
 
 // rebuild puts lim in force at the limiter's part, keeping its state: a

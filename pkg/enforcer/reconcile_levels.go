@@ -160,11 +160,11 @@ func (r *reconciler) applyBuckets(snap *snapshot, buckets []levelBucket, reply [
 		if l := b.limiterLocked(snap); l != nil {
 			if idle {
 				l.fleet = false
-				l.setPart(snap.part, snap.maxCost, now)
+				l.setPart(snap.part, l.floor, now)
 				delete(r.demands, b.name)
 			} else {
 				l.fleet = true
-				l.setPart(part, snap.maxCost, now)
+				l.setPart(part, l.floor, now)
 				if l.window == nil {
 					// The fleet's level is in token·µs of the limit's
 					// period, the limiter's in its own (limiter.reset).
