@@ -22,7 +22,10 @@ import (
 //   - measures its tenants' demand from what its decisions through Redis
 //     were offered (central.record counts each request that passed the
 //     levels below global, as the engine's own decisions do; the moving
-//     average is measureDemand's);
+//     average is measureDemand's, over up to N times its longest window,
+//     since a node sees its part of a spread tenant's arrivals; and the
+//     arrivals of tenants without an average at the node yet are claimed
+//     in full, per tier: see unattributed);
 //   - reports to Redis its global denials and its busiest tenants' demand,
 //     at most maxFleetTenants by name with their weight, tier and the most
 //     their own limits let through, and the rest of its tenants summed per
