@@ -383,7 +383,6 @@ func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 		s.reconciled, s.part = true, 1/float64(nodes)
 		if !e.reconciler.degraded.Load() {
 			s.splitOver = nodes
-			s.hybrid = s.anySmall()
 		}
 	}
 	old := e.snap.Load()
@@ -527,8 +526,8 @@ func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision)
 		if snap.reconciled && mode == arrival && e.reconciler.failOver(snap, cost, d) {
 			return nil
 		}
-		var hc *hybridCall // the small limits decided in Redis first
-		if snap.hybrid && mode == arrival {
+		var hc *hybridCall      // the small limits decided in Redis first
+		if snap.splitOver > 1 { // a request of any cost may be too costly to split (hybrid.go), queued ones too
 			var decided bool
 			if hc, decided = e.decideSmall(snap, ts, r, ep, cost, now, d); decided {
 				return nil

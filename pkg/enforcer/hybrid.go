@@ -42,7 +42,15 @@ import (
 // request per live node. Never outside local-reconciled, nor with one
 // node, nor while the node is degraded (snapshot.splitOver is 0).
 func (s *snapshot) small(lim *policy.Limit, cost int64) bool {
-	return s.splitOver > 1 && lim != nil && capacityOf(lim) < s.splitOver*cost
+	if s.splitOver < 2 || lim == nil {
+		return false
+	}
+	if lim.Algorithm == policy.SlidingWindow {
+		// A window is Redis's for every request or none: the fleet's
+		// window never sees what nodes admit on their own.
+		cost = s.maxCost
+	}
+	return capacityOf(lim) < s.splitOver*cost
 }
 
 // capacityOf is a limit's burst, or a sliding window's capacity.
@@ -51,48 +59,6 @@ func capacityOf(lim *policy.Limit) int64 {
 		return lim.Rate
 	}
 	return lim.Burst
-}
-
-// anySmall reports whether some request may meet a small limit: whether
-// any tenant, endpoint or key limit of the snapshot's policy is small for
-// the plane's costliest request.
-func (s *snapshot) anySmall() bool {
-	if s.splitOver < 2 {
-		return false
-	}
-	small := func(lim *policy.Limit) bool { return s.small(lim, s.maxCost) }
-	spec := s.policy.Spec()
-	for _, t := range spec.Tiers {
-		if small(t.Tenant) || small(t.Key) {
-			return true
-		}
-	}
-	for _, e := range spec.Endpoints {
-		if small(e.Limit) {
-			return true
-		}
-		for i := range e.Tiers {
-			if small(&e.Tiers[i].Limit) {
-				return true
-			}
-		}
-	}
-	for _, t := range spec.Tenants {
-		if small(t.Limit) {
-			return true
-		}
-		for i := range t.Keys {
-			if small(&t.Keys[i].Limit) {
-				return true
-			}
-		}
-		for i := range t.Endpoints {
-			if small(&t.Endpoints[i].Limit) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // levelName is the Redis key of a tenant's limit at level, as decide.lua
@@ -181,6 +147,8 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 	none := make([]byte, 32) // no limit: global, pool, demand counter
 	limits := append(append(append([]byte{}, none...), none...), none...)
 	var requests []byte
+	keys := []string{snap.redisPrefix + "g", snap.redisPrefix + "pool", snap.redisPrefix + "d"}
+	seen := map[string]int64{}
 	group := int64(0)
 	if len(rs) > 1 {
 		group = 1
@@ -195,14 +163,18 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 		}
 		owner = append(owner, i)
 		spans = append(spans, [2]int{first, len(hc.levels)})
-		for _, l := range hc.levels[first:] {
-			limits = appendLimit(limits, l.lim)
-		}
-		index := func(k int) int64 { // KEYS index: after global, pool and counter
+		index := func(k int) int64 { // KEYS index: each key once (decide.lua), after global, pool and counter
 			if k == 0 {
 				return 0
 			}
-			return int64(k + 3)
+			l := hc.levels[k-1]
+			if at, ok := seen[l.name]; ok {
+				return at
+			}
+			keys = append(keys, l.name)
+			limits = appendLimit(limits, l.lim)
+			seen[l.name] = int64(len(keys))
+			return int64(len(keys))
 		}
 		for _, v := range [lua.DecideRequestFields]int64{costs[i], 0, 0, index(ti), 0, index(ei), index(ki), group, 0} {
 			requests = binary.LittleEndian.AppendUint64(requests, uint64(v))
@@ -212,10 +184,6 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 		return nil, true, nil
 	}
 	hc.requests = len(owner)
-	keys := []string{snap.redisPrefix + "g", snap.redisPrefix + "pool", snap.redisPrefix + "d"}
-	for _, l := range hc.levels {
-		keys = append(keys, l.name)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
 	defer cancel()
 	start := time.Now()

@@ -159,3 +159,27 @@ func TestReconciledSmallLimitsCostNothingElse(t *testing.T) {
 		t.Error("meetsSmall does not tell the export from the read")
 	}
 }
+
+// TestReconciledSmallLimitGroupOfOneTenant: a group of three exports of
+// one tenant meets its small limits three times in one decide.lua call;
+// each key goes once, so the window sees the group's earlier debits and
+// the group (3 exports against 2 per 5 minutes) is denied. Also: units
+// that make a read too costly to split send it to Redis.
+func TestReconciledSmallLimitGroupOfOneTenant(t *testing.T) {
+	srv := redistest.Start(t)
+	fleet := smallFleet(t, srv, smallPlane(t, true), 8)
+	ctx := context.Background()
+	rs := []Request{{Tenant: "g", Endpoint: "export"}, {Tenant: "g", Endpoint: "export"}, {Tenant: "g", Endpoint: "export"}}
+	if ok, err := fleet[0].DecideAll(ctx, rs, make([]Decision, 3)); err != nil || ok {
+		t.Errorf("a group of 3 exports against a limit of 2 admitted (%v, %v)", ok, err)
+	}
+	admitted := int64(0)
+	for i := range 40 {
+		if d, _ := fleet[i%8].Decide(ctx, Request{Tenant: "h", Endpoint: "read", Units: 50}); d.Allow {
+			admitted += d.Cost
+		}
+	}
+	if admitted > 100 {
+		t.Errorf("reads of 50 units admitted %d tokens against a tenant limit of 100", admitted)
+	}
+}

@@ -157,12 +157,21 @@ func (l *limiter) rebuild(lim *policy.Limit, now int64) {
 	// The tokens, level/oldPeriod, carry over capped by the new burst. Only
 	// below the cap is level×newPeriod/oldPeriod computed: it is then below
 	// the new capacity (≤ 2^53), so the 128-bit quotient cannot overflow.
-	if hi, lo := bits.Mul64(uint64(l.burst), uint64(oldPeriod)); hi == 0 && uint64(level) >= lo {
+	if hi, lo := bits.Mul64(uint64(l.burst), uint64(oldPeriod)); level >= 0 && hi == 0 && uint64(level) >= lo {
 		return // level is at capacity after reset
+	}
+	// A bucket in debt (local-reconciled) keeps its debt, scaled the same
+	// way and at most its capacity.
+	neg := level < 0
+	if neg {
+		level = -level
 	}
 	hi, lo := bits.Mul64(uint64(level), uint64(l.periodUs))
 	carried, _ := bits.Div64(hi, lo, uint64(oldPeriod))
 	l.level = int64(carried)
+	if neg {
+		l.level = max(-l.level, -l.capacity())
+	}
 }
 
 // refill adds the tokens earned since the last refill. A clock that goes

@@ -86,7 +86,10 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 		}
 		holder := lengthPrefixed(ts.name)
 		add := func(l *limiter, level Level, ep int, key, name string) {
-			if !l.active() || (l.used == 0 && l.offered == 0 && !l.fleet) {
+			// A window stays at the even part: its entries outlive a
+			// reconcile, so a part resized by demand would let the fleet
+			// admit the sum of each node's largest part in a period.
+			if !l.active() || l.window != nil || (l.used == 0 && l.offered == 0 && !l.fleet) {
 				return
 			}
 			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, name: levelKey(name, l.lim), lim: l.lim,

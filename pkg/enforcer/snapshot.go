@@ -65,10 +65,8 @@ type snapshot struct {
 	reconciled bool
 	// splitOver is the live nodes that limits are split over in mode
 	// local-reconciled while Redis answers (0 otherwise): a limit too
-	// small to give each a request is decided in Redis (hybrid.go), and
-	// hybrid says the policy has such a limit.
+	// small to give each a request is decided in Redis (hybrid.go).
 	splitOver int64
-	hybrid    bool
 	minCost   int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
 
 	global        *policy.Limit

@@ -50,6 +50,8 @@ func (p *Policy) share(fraction float64, lower bool) (*Policy, error) {
 		return &s
 	}
 	spec.Global = scale(spec.Global)
+	// newPolicy writes into its tenants: never into p's, which decisions read.
+	spec.Tenants = slices.Clone(spec.Tenants)
 	if lower {
 		spec.Tiers = slices.Clone(spec.Tiers)
 		for i := range spec.Tiers {
