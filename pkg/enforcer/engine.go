@@ -383,6 +383,7 @@ func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 		s.reconciled, s.part = true, 1/float64(nodes)
 		if !e.reconciler.degraded.Load() {
 			s.splitOver = nodes
+			s.smallCost = s.smallFrom()
 		}
 	}
 	old := e.snap.Load()
@@ -526,8 +527,8 @@ func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision)
 		if snap.reconciled && mode == arrival && e.reconciler.failOver(snap, cost, d) {
 			return nil
 		}
-		var hc *hybridCall      // the small limits decided in Redis first
-		if snap.splitOver > 1 { // a request of any cost may be too costly to split (hybrid.go), queued ones too
+		var hc *hybridCall          // the small limits decided in Redis first
+		if cost >= snap.smallCost { // perhaps too costly to split a limit over the nodes (hybrid.go), queued ones too
 			var decided bool
 			if hc, decided = e.decideSmall(snap, ts, r, ep, cost, now, d); decided {
 				return nil

@@ -239,7 +239,7 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 			return allowed, nil
 		}
 		var hc *hybridCall // the group's small limits, decided in Redis first
-		if snap.splitOver > 1 {
+		if slices.Max(g.cost[:len(rs)]) >= snap.smallCost {
 			var admitted bool
 			var err error
 			hc, admitted, err = e.hybridDecide(snap, rs, g.ep[:len(rs)], g.cost[:len(rs)], ds)

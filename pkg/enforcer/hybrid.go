@@ -3,6 +3,8 @@ package enforcer
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -41,6 +43,49 @@ import (
 // request of cost: its burst (a window's capacity) holds less than one such
 // request per live node. Never outside local-reconciled, nor with one
 // node, nor while the node is degraded (snapshot.splitOver is 0).
+// smallFrom is the least cost at which some limit of the snapshot's policy
+// is small (math.MaxInt64 when none is), so that most requests skip the
+// search for small limits (meetsSmall) with one comparison.
+func (s *snapshot) smallFrom() int64 {
+	least := int64(math.MaxInt64)
+	if s.splitOver < 2 {
+		return least
+	}
+	consider := func(lim *policy.Limit) {
+		if lim == nil {
+			return
+		}
+		if lim.Algorithm == policy.SlidingWindow {
+			if s.small(lim, 1) { // a window is small for every cost or none
+				least = 1
+			}
+			return
+		}
+		least = min(least, lim.Burst/s.splitOver+1) // capacity < nodes × cost
+	}
+	spec := s.policy.Spec()
+	for _, t := range spec.Tiers {
+		consider(t.Tenant)
+		consider(t.Key)
+	}
+	for _, e := range spec.Endpoints {
+		consider(e.Limit)
+		for i := range e.Tiers {
+			consider(&e.Tiers[i].Limit)
+		}
+	}
+	for _, t := range spec.Tenants {
+		consider(t.Limit)
+		for i := range t.Keys {
+			consider(&t.Keys[i].Limit)
+		}
+		for i := range t.Endpoints {
+			consider(&t.Endpoints[i].Limit)
+		}
+	}
+	return least
+}
+
 func (s *snapshot) small(lim *policy.Limit, cost int64) bool {
 	if s.splitOver < 2 || lim == nil {
 		return false
@@ -193,7 +238,7 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 		return hc, false, err
 	}
 	if len(reply) != 1+hc.requests*lua.DecideReplyFields {
-		return hc, false, errBadReply(len(reply))
+		return hc, false, fmt.Errorf("decide.lua answered %d values for the small levels, want %d", len(reply), 1+hc.requests*lua.DecideReplyFields)
 	}
 	hc.decided = reply[0]
 	admitted := true
@@ -294,10 +339,4 @@ func appendLimit(b []byte, lim *policy.Limit) []byte {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
 	return b
-}
-
-type errBadReply int
-
-func (n errBadReply) Error() string {
-	return "decide.lua answered " + strconv.Itoa(int(n)) + " values for the small levels"
 }

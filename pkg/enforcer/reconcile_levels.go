@@ -84,24 +84,27 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 			ts.mu.Unlock()
 			continue
 		}
-		holder := lengthPrefixed(ts.name)
-		add := func(l *limiter, level Level, ep int, key, name string) {
+		holder := ""
+		add := func(l *limiter, level Level, ep int, endpoint, key string) {
 			// A window stays at the even part: its entries outlive a
 			// reconcile, so a part resized by demand would let the fleet
 			// admit the sum of each node's largest part in a period.
 			if !l.active() || l.window != nil || (l.used == 0 && l.offered == 0 && !l.fleet) {
 				return
 			}
-			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, name: levelKey(name, l.lim), lim: l.lim,
-				tokens: l.used, offered: l.offered})
+			if holder == "" {
+				holder = lengthPrefixed(ts.name)
+			}
+			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, lim: l.lim,
+				name: levelName(prefix, level, holder, endpoint, key, l.lim), tokens: l.used, offered: l.offered})
 			l.used, l.offered = 0, 0
 		}
-		add(&ts.limit, LevelTenant, -1, "", prefix+"t:"+holder)
+		add(&ts.limit, LevelTenant, -1, "", "")
 		for i := range ts.endpoints {
-			add(&ts.endpoints[i], LevelEndpoint, i, "", prefix+"e:"+holder+":"+snap.endpoints[i].Name)
+			add(&ts.endpoints[i], LevelEndpoint, i, snap.endpoints[i].Name, "")
 		}
 		for key, ks := range ts.keys {
-			add(&ks.limit, LevelKey, -1, key, prefix+"k:"+holder+":"+keyDigest(key))
+			add(&ks.limit, LevelKey, -1, "", key)
 		}
 		ts.mu.Unlock()
 	}

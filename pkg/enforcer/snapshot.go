@@ -65,8 +65,10 @@ type snapshot struct {
 	reconciled bool
 	// splitOver is the live nodes that limits are split over in mode
 	// local-reconciled while Redis answers (0 otherwise): a limit too
-	// small to give each a request is decided in Redis (hybrid.go).
+	// small to give each a request is decided in Redis (hybrid.go), for
+	// a request of smallCost or more.
 	splitOver int64
+	smallCost int64
 	minCost   int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
 
 	global        *policy.Limit
@@ -147,6 +149,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		bound:         p.KeyBinding() == policy.KeyBindingBound,
 		maxCost:       1,
 		part:          1,
+		smallCost:     math.MaxInt64,
 		global:        &spec.Global,
 		tierRank:      make(map[string]int, len(spec.Tiers)),
 		reasons:       map[reasonKey]string{},
