@@ -1,0 +1,263 @@
+package upstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// Class is a tenant's priority class on one upstream, seed 004's
+// PriorityTier, with the seed's numbers.
+type Class uint8
+
+// The classes, lowest first.
+const (
+	Suspended Class = iota // no capacity while the upstream is degraded
+	Low
+	Medium
+	High
+	Critical
+	NumClasses = 5
+)
+
+var classNames = [NumClasses]string{"suspended", "low", "medium", "high", "critical"}
+
+// String is the class's name as X-Tier carries it: "critical", "high",
+// "medium", "low" or "suspended".
+func (c Class) String() string {
+	if c < NumClasses {
+		return classNames[c]
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// ParseClass is String's inverse.
+func ParseClass(s string) (Class, bool) {
+	i := slices.Index(classNames[:], s)
+	return Class(i), i >= 0
+}
+
+// MarshalText and UnmarshalText encode a class by name.
+func (c Class) MarshalText() ([]byte, error) {
+	if c >= NumClasses {
+		return nil, fmt.Errorf("class %d out of range", uint8(c))
+	}
+	return []byte(c.String()), nil
+}
+
+func (c *Class) UnmarshalText(b []byte) error {
+	v, ok := ParseClass(string(b))
+	if !ok {
+		return fmt.Errorf("class %q is not one of %v", b, classNames)
+	}
+	*c = v
+	return nil
+}
+
+// ClassWeights are seed 004's TIER_WEIGHTS: a class's share of the capacity
+// above critical's reserve is proportional to its weight.
+var ClassWeights = [NumClasses]float64{Suspended: 0, Low: 0.1, Medium: 0.3, High: 0.6, Critical: 1.0}
+
+// Phase is where an upstream stands between healthy and recovered.
+type Phase uint8
+
+// The phases. Healthy turns the gate off. Degraded is the first cycle below
+// healthy: the capacity is cut at once, the classes still need their second
+// cycle. Phase1 to Phase3 are seed 004's recovery phases 1 to 3, applied
+// whenever the upstream is not healthy (the seed's phase 4 is Healthy).
+const (
+	Healthy Phase = iota
+	Degraded
+	Phase1 // critical and high only
+	Phase2 // medium at 50 %, low at 0 %
+	Phase3 // medium at 100 %, low at 25 %
+	NumPhases
+)
+
+var phaseNames = [NumPhases]string{"Healthy", "Degraded", "Phase1", "Phase2", "Phase3"}
+
+func (p Phase) String() string {
+	if p < NumPhases {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// ParsePhase is String's inverse.
+func ParsePhase(s string) (Phase, bool) {
+	i := slices.Index(phaseNames[:], s)
+	return Phase(i), i >= 0
+}
+
+func (p Phase) MarshalText() ([]byte, error) {
+	if p >= NumPhases {
+		return nil, fmt.Errorf("phase %d out of range", uint8(p))
+	}
+	return []byte(p.String()), nil
+}
+
+func (p *Phase) UnmarshalText(b []byte) error {
+	v, ok := ParsePhase(string(b))
+	if !ok {
+		return fmt.Errorf("phase %q is not one of %v", b, phaseNames)
+	}
+	*p = v
+	return nil
+}
+
+// Fractions is the part of each class's demand a phase lets through (seed
+// 004's recovery ramp); 0 suspends the class. Healthy lets everything
+// through, as the gate is off.
+func (p Phase) Fractions() [NumClasses]float64 {
+	switch p {
+	case Phase1:
+		return [NumClasses]float64{Critical: 1, High: 1}
+	case Phase2:
+		return [NumClasses]float64{Critical: 1, High: 1, Medium: 0.5}
+	case Phase3:
+		return [NumClasses]float64{Critical: 1, High: 1, Medium: 1, Low: 0.25}
+	}
+	return [NumClasses]float64{Critical: 1, High: 1, Medium: 1, Low: 1}
+}
+
+// Plan is what the leader publishes each cycle and every enforcer applies:
+// per upstream, the confidence, the phase and every tenant's class. It is
+// stored as JSON under PlanKey with a TTL.
+type Plan struct {
+	// Plane is the plane's id, namespace/name.
+	Plane string `json:"plane"`
+	// Seq grows with every publish; enforcers reread the plan when it
+	// changes.
+	Seq int64 `json:"seq"`
+	// PublishedMs is when it was published, Unix ms of Redis TIME, and
+	// ExpiresMs when it stops applying (an enforcer that cannot reread it
+	// keeps it until then, decaying its confidence: Staleness).
+	PublishedMs int64 `json:"publishedMs"`
+	ExpiresMs   int64 `json:"expiresMs"`
+	// Interval is the cycle in force when it was published: a plan older
+	// than one interval is stale.
+	Interval  time.Duration  `json:"interval"`
+	Upstreams []UpstreamPlan `json:"upstreams"`
+}
+
+// UpstreamPlan is one upstream's part of a plan.
+type UpstreamPlan struct {
+	Name string `json:"name"`
+	// Endpoints draw on the upstream, by name, sorted.
+	Endpoints []string `json:"endpoints"`
+	// Capacity is the nominal capacity in the plane's tokens per second.
+	Capacity float64 `json:"capacity"`
+	// Confidence is the capacity confidence, 0 to 1.
+	Confidence float64 `json:"confidence"`
+	Phase      Phase   `json:"phase"`
+	// Reserve is what critical tenants are reserved first: the sum of
+	// their nominal allocations (tokens per second), at most Capacity.
+	Reserve float64 `json:"reserve"`
+	// Tenants are the classes (and scores) of the tenants the plane names.
+	Tenants map[string]TenantClass `json:"tenants,omitempty"`
+	// Tiers are the classes of tenants the plane does not name, by tier.
+	Tiers map[string]Class `json:"tiers,omitempty"`
+}
+
+// TenantClass is a tenant's class and the score it came from.
+type TenantClass struct {
+	Class Class   `json:"class"`
+	Score float64 `json:"score"`
+}
+
+// Bounds on a plan.
+const (
+	// MaxUpstreams bounds the upstreams of a plane.
+	MaxUpstreams = 16
+	// PlanTTL is how long a plan applies after it was published, if no
+	// newer one comes: long enough to ride out a manager's restart and
+	// leader election, short enough that a plane whose leader is gone does
+	// not keep tenants suspended for long.
+	PlanTTL = 5 * time.Minute
+	// MaxStalenessPenalty and StalenessHorizon are seed 004's staleness
+	// penalty: a reading loses 1/120 of confidence per second of age, at
+	// most 0.5.
+	MaxStalenessPenalty = 0.5
+	StalenessHorizon    = 120 * time.Second
+)
+
+// Staleness is seed 004's staleness penalty for a reading age old.
+func Staleness(age time.Duration) float64 {
+	if age <= 0 {
+		return 0
+	}
+	return min(age.Seconds()/StalenessHorizon.Seconds(), MaxStalenessPenalty)
+}
+
+// PlanKey is the Redis key of a plane's plan, beside its policy (the same
+// hash tag: store.PolicyKey).
+func PlanKey(plane string) string { return "qp:{" + plane + "}:upstream:plan" }
+
+// DemandKey is the hash where enforcers report their demand per class on
+// one upstream (field: node id).
+func DemandKey(plane, upstream string) string {
+	return "qp:{" + plane + "}:upstream:" + upstream + ":demand"
+}
+
+// ReportsKey is the list where enforcers forward passive reports of one
+// upstream for the leader.
+func ReportsKey(plane, upstream string) string {
+	return "qp:{" + plane + "}:upstream:" + upstream + ":reports"
+}
+
+// UsageKey is the hash where enforcers report their busiest tenants' usage
+// ratios (field: node id).
+func UsageKey(plane string) string { return "qp:{" + plane + "}:upstream:usage" }
+
+// Encode returns the plan's JSON.
+func (p *Plan) Encode() ([]byte, error) { return json.Marshal(p) }
+
+// DecodePlan parses and checks a plan: nothing read from Redis is trusted.
+// Endpoints and tiers the policy in force does not know are the caller's to
+// ignore (a plan may be a cycle behind the policy).
+func DecodePlan(data []byte) (*Plan, error) {
+	var p Plan
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("decode upstream plan: %w", err)
+	}
+	if err := p.check(); err != nil {
+		return nil, fmt.Errorf("decode upstream plan: %w", err)
+	}
+	return &p, nil
+}
+
+func (p *Plan) check() error {
+	if len(p.Upstreams) > MaxUpstreams {
+		return fmt.Errorf("%d upstreams, more than %d", len(p.Upstreams), MaxUpstreams)
+	}
+	if p.ExpiresMs < p.PublishedMs || p.Interval < 0 {
+		return fmt.Errorf("expires before it was published, or a negative interval")
+	}
+	for _, u := range p.Upstreams {
+		switch {
+		case !policy.ValidTierName(u.Name):
+			return fmt.Errorf("upstream name %q is not valid", u.Name)
+		case !finite(u.Capacity) || u.Capacity < 0 || !finite(u.Reserve) || u.Reserve < 0:
+			return fmt.Errorf("upstream %s: capacity %v or reserve %v out of range", u.Name, u.Capacity, u.Reserve)
+		case !finite(u.Confidence) || u.Confidence < 0 || u.Confidence > 1:
+			return fmt.Errorf("upstream %s: confidence %v out of [0, 1]", u.Name, u.Confidence)
+		case u.Phase >= NumPhases:
+			return fmt.Errorf("upstream %s: phase %d out of range", u.Name, u.Phase)
+		}
+		for name, tc := range u.Tenants {
+			if tc.Class >= NumClasses || !finite(tc.Score) {
+				return fmt.Errorf("upstream %s: tenant %s: class %d or score %v out of range", u.Name, name, tc.Class, tc.Score)
+			}
+		}
+	}
+	return nil
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
