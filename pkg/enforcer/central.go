@@ -125,6 +125,7 @@ func (b *central) start() {
 	b.workers.Go(b.fairLoop)
 	b.workers.Go(b.rebalanceLoop)
 	b.workers.Go(func() { b.e.reconciler.loop(b.stop) })
+	b.workers.Go(func() { b.e.gateLoop(b.stop) })
 }
 
 // close stops the workers once the queued calls are decided.

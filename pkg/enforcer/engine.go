@@ -51,6 +51,7 @@ type Engine struct {
 	nodeID     string
 	central    *central    // with redis
 	reconciler *reconciler // with redis
+	gate       gate        // degraded upstreams (upstream.go), with redis
 }
 
 // planeState is the state shared by every tenant: the global bucket and the
@@ -453,25 +454,41 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, ErrClosed
 	}
 	var d Decision
+	gp, gu, class := e.gate.route(&r)
+	if gp == nil {
+		err := e.decideNow(ctx, &r, &d)
+		return d, err
+	}
+	cost, ok := gp.take(gu, class, &r, e.clock(), &d)
+	if !ok {
+		return d, nil
+	}
+	err := e.decideNow(ctx, &r, &d)
+	gu.settle(class, cost, &d, err)
+	return d, err
+}
+
+// decideNow is Decide without the upstream gate.
+func (e *Engine) decideNow(ctx context.Context, r *Request, d *Decision) error {
 	if c := e.central; c != nil {
 		if snap := c.snap.Load(); snap != nil {
-			err := c.decide(ctx, snap, 0, &r, &d)
-			return d, err
+			return c.decide(ctx, snap, 0, r, d)
 		}
 	}
 	now := e.clock()
 	if e.fair.claimTick(now, e.settings.tickInterval) {
 		e.ticks.Go(func() { e.tick(now) }) // in real time, off the request's path
 	}
-	err := e.decideOpts(now, &r, arrival, &d)
+	err := e.decideOpts(now, r, arrival, d)
 	if err != nil || d.Allow || d.Level != LevelGlobal || e.settings.queueWait == 0 {
-		return d, err
+		return err
 	}
 	snap := e.snap.Load()
 	if (snap.fairness != fairWFQ && snap.fairness != fairDRR) || !e.fair.contended.Load() {
-		return d, nil
+		return nil
 	}
-	return e.wait(ctx, snap, r, d)
+	*d, err = e.wait(ctx, snap, *r, *d)
+	return err
 }
 
 // DecideAt decides r at the given time. It never blocks on anything but
@@ -483,19 +500,32 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 // the Go engine. A fleet must not mix it with Decide, whose time is Redis's.
 func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
 	nowUs := now.UnixMicro()
+	var d Decision
+	gp, gu, class := e.gate.route(&r)
+	if gp == nil {
+		err := e.decideAt(nowUs, &r, &d)
+		return d, err
+	}
+	cost, ok := gp.take(gu, class, &r, nowUs, &d)
+	if !ok {
+		return d, nil
+	}
+	err := e.decideAt(nowUs, &r, &d)
+	gu.settle(class, cost, &d, err)
+	return d, err
+}
+
+// decideAt is DecideAt without the upstream gate.
+func (e *Engine) decideAt(nowUs int64, r *Request, d *Decision) error {
 	if c := e.central; c != nil {
 		if snap := c.snap.Load(); snap != nil {
-			var d Decision
-			err := c.decide(context.Background(), snap, nowUs, &r, &d)
-			return d, err
+			return c.decide(context.Background(), snap, nowUs, r, d)
 		}
 	}
 	if e.fair.claimTick(nowUs, e.settings.tickInterval) {
 		e.tick(nowUs) // in the caller's time, so that virtual time is exact
 	}
-	var d Decision
-	err := e.decideOpts(nowUs, &r, arrival, &d)
-	return d, err
+	return e.decideOpts(nowUs, r, arrival, d)
 }
 
 // decideMode says how a decision comes about.

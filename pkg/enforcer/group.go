@@ -107,6 +107,21 @@ func (e *Engine) decideAll(ctx context.Context, now int64, rs []Request, ds []De
 	if err := oneTierPerTenant(rs); err != nil {
 		return false, err
 	}
+	var gg gatedGroup
+	clock := e.clock
+	if now != 0 {
+		clock = func() int64 { return now }
+	}
+	if !e.takeGroup(rs, ds, clock, &gg) {
+		return false, nil
+	}
+	allowed, err := e.decideAllUngated(ctx, now, rs, ds)
+	e.settleGroup(rs, ds, &gg, allowed, err)
+	return allowed, err
+}
+
+// decideAllUngated is decideAll without the upstream gate.
+func (e *Engine) decideAllUngated(ctx context.Context, now int64, rs []Request, ds []Decision) (bool, error) {
 	if c := e.central; c != nil {
 		if snap := c.snap.Load(); snap != nil {
 			return c.decideAll(ctx, snap, now, rs, ds)

@@ -68,6 +68,13 @@ type Decision struct {
 	Cost int64
 	// Borrowed is how much of the cost came from the burst pool.
 	Borrowed int64
+	// Upstream and Class are set when the request's endpoint draws on a
+	// degraded upstream (upstream.go): the upstream and the tenant's class
+	// on it ("critical" … "suspended"). Suspended says the class gets none
+	// of it: the surfaces answer 503 with X-Outage-Mode, not 429.
+	Upstream  string
+	Class     string
+	Suspended bool
 }
 
 // Bounds on requests and answers.

@@ -77,6 +77,9 @@ func (s *authorizationService) Check(ctx context.Context, req *authv3.CheckReque
 		Allowed: false, Tenant: r.Tenant, Endpoint: r.Endpoint, Cost: d.Cost, Remaining: d.Remaining,
 		Level: string(d.Level), Reason: d.Reason, RetryAfterSec: d.RetryAfter.Seconds(),
 	})
+	if d.Suspended {
+		return deniedCheck(typev3.StatusCode_ServiceUnavailable, codes.Unavailable, headers, string(body)+"\n"), nil
+	}
 	return deniedCheck(typev3.StatusCode_TooManyRequests, codes.ResourceExhausted, headers, string(body)+"\n"), nil
 }
 

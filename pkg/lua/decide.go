@@ -60,3 +60,7 @@ var Debit = load("debit.lua")
 // Reconcile is reconcile.lua: a node's push of what it admitted and pull of
 // the fleet's view, in local-reconciled mode.
 var Reconcile = load("reconcile.lua")
+
+// Upstream is upstream.lua: an enforcer's exchange with the fleet about a
+// plane's degraded upstreams (the plan, and the fleet's demand per class).
+var Upstream = load("upstream.lua")

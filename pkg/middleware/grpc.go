@@ -113,7 +113,11 @@ func (g *callGuard) admit(ctx context.Context, fullMethod string, setHeader func
 // QuotaFailure details.
 func denialStatus(d *enforcer.Decision) error {
 	retryAfter := quotaheaders.RetryAfterSeconds(d.RetryAfter)
-	st := status.New(codes.ResourceExhausted,
+	code := codes.ResourceExhausted
+	if d.Suspended {
+		code = codes.Unavailable // the upstream is degraded and this tenant's class suspended
+	}
+	st := status.New(code,
 		fmt.Sprintf("quota exceeded at level %s: %s; retry after %ds", d.Level, d.Reason, retryAfter))
 	detailed, err := st.WithDetails(
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)},

@@ -81,7 +81,7 @@ type denial struct {
 }
 
 func writeDenial(w http.ResponseWriter, r *enforcer.Request, d *enforcer.Decision) {
-	writeJSON(w, http.StatusTooManyRequests, denial{
+	writeJSON(w, quotaheaders.Status(d), denial{
 		Tenant: r.Tenant, Endpoint: r.Endpoint, Cost: d.Cost, Remaining: max(d.Remaining, 0),
 		Level: string(d.Level), Reason: d.Reason, RetryAfterSec: d.RetryAfter.Seconds(),
 	})

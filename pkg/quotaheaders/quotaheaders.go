@@ -4,6 +4,10 @@
 // denied response's headers), and the in-process middleware. One function
 // builds them, so every surface says the same thing.
 //
+// While the request's endpoint draws on a degraded upstream (seed 004), also
+// X-Outage-Mode: true and X-Tier, the tenant's priority class on it; a
+// class the upstream's phase suspends is answered 503 (Status), not 429.
+//
 // On every answer: RateLimit-Policy, the limits in force for the request,
 // one item per level (q tokens per w seconds), and RateLimit, the level that
 // bounds the answer (r tokens remaining, t seconds until a retry passes or,
@@ -36,7 +40,18 @@ const (
 	Reason          = "X-Quota-Reason"
 	RateLimitPolicy = "RateLimit-Policy"
 	RateLimit       = "RateLimit"
+	OutageMode      = "X-Outage-Mode"
+	Tier            = "X-Tier"
 )
+
+// Status is the HTTP status of a denial: 503 for a tenant its degraded
+// upstream suspends (seed 004), else 429.
+func Status(d *enforcer.Decision) int {
+	if d.Suspended {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusTooManyRequests
+}
 
 // Each calls add with every response header field of decision d, made
 // under limits (enforcer.Engine.LimitsFor), in a fixed order.
@@ -88,6 +103,10 @@ func Each(limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision, add
 		add(Level, string(d.Level))
 		add(Reason, d.Reason)
 	}
+	if d.Class != "" {
+		add(OutageMode, "true")
+		add(Tier, d.Class)
+	}
 }
 
 // Set sets the fields of Each on h.
@@ -100,7 +119,7 @@ func Set(h http.Header, limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer
 var canonical = map[string]string{}
 
 func init() {
-	for _, name := range []string{RetryAfter, Level, Reason, RateLimitPolicy, RateLimit} {
+	for _, name := range []string{RetryAfter, Level, Reason, RateLimitPolicy, RateLimit, OutageMode, Tier} {
 		canonical[name] = http.CanonicalHeaderKey(name)
 	}
 }

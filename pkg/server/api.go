@@ -93,7 +93,7 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 	quotaheaders.Set(w.Header(), &limits, &d)
 	status := http.StatusOK
 	if !d.Allow {
-		status = http.StatusTooManyRequests
+		status = quotaheaders.Status(&d)
 		body.Level, body.Reason, body.RetryAfterSec = string(d.Level), d.Reason, d.RetryAfter.Seconds()
 	}
 	writeJSON(w, status, body)

@@ -83,7 +83,11 @@ func (a *API) forwardAuth(denyStatus int) http.HandlerFunc {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
-		writeJSON(w, denyStatus, decision{Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining,
+		status := denyStatus
+		if denyStatus == http.StatusTooManyRequests {
+			status = quotaheaders.Status(&d) // nginx's auth_request passes only 401 and 403 on
+		}
+		writeJSON(w, status, decision{Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining,
 			Level: string(d.Level), Reason: d.Reason, RetryAfterSec: d.RetryAfter.Seconds()})
 	}
 }

@@ -94,7 +94,7 @@ func TestPartAddsUpToOne(t *testing.T) {
 			t.Errorf("parts of %v add up to %v", c.nodes, sum)
 		}
 	}
-	if p := Part(30, 40, 4); !near(p, 0.95*0.75+0.05/4) {
+	if p := Part(30, 40, 4); !near(p, 0.99*0.75+0.01/4) {
 		t.Errorf("Part(30, 40, 4) = %v", p)
 	}
 }

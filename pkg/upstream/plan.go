@@ -132,13 +132,12 @@ type Plan struct {
 	// Plane is the plane's id, namespace/name.
 	Plane string `json:"plane"`
 	// Seq grows with every publish; enforcers reread the plan when it
-	// changes.
-	Seq int64 `json:"seq"`
-	// PublishedMs is when it was published, Unix ms of Redis TIME, and
-	// ExpiresMs when it stops applying (an enforcer that cannot reread it
-	// keeps it until then, decaying its confidence: Staleness).
-	PublishedMs int64 `json:"publishedMs"`
-	ExpiresMs   int64 `json:"expiresMs"`
+	// changes. PublishedMs is when it was published, Unix ms of Redis
+	// TIME; it applies until PlanTTL later (an enforcer that cannot reread
+	// it keeps it until then, its confidence decayed: Staleness). Both are
+	// the plan hash's fields (PublishPlan), not the body's.
+	Seq         int64 `json:"-"`
+	PublishedMs int64 `json:"-"`
 	// Interval is the cycle in force when it was published: a plan older
 	// than one interval is stale.
 	Interval  time.Duration  `json:"interval"`
@@ -195,7 +194,8 @@ func Staleness(age time.Duration) float64 {
 }
 
 // PlanKey is the Redis key of a plane's plan, beside its policy (the same
-// hash tag: store.PolicyKey).
+// hash tag: store.PolicyKey): a hash of seq, at (PublishedMs) and body (the
+// plan's JSON), expiring PlanTTL after the last publish.
 func PlanKey(plane string) string { return "qp:{" + plane + "}:upstream:plan" }
 
 // DemandKey is the hash where enforcers report their demand per class on
@@ -237,8 +237,8 @@ func (p *Plan) check() error {
 	if len(p.Upstreams) > MaxUpstreams {
 		return fmt.Errorf("%d upstreams, more than %d", len(p.Upstreams), MaxUpstreams)
 	}
-	if p.ExpiresMs < p.PublishedMs || p.Interval < 0 {
-		return fmt.Errorf("expires before it was published, or a negative interval")
+	if p.Interval < 0 {
+		return fmt.Errorf("negative interval %s", p.Interval)
 	}
 	for _, u := range p.Upstreams {
 		switch {

@@ -1,0 +1,546 @@
+package enforcer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/lua"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/scheduler"
+	"github.com/quotaplane/quotaplane/pkg/upstream"
+)
+
+// The upstream gate: seed 004's enforcement of a degraded upstream
+// (pkg/upstream). The leader publishes a plan; every reconcile interval
+// each enforcer reads it if it changed, reports its demand per class on
+// each upstream of the plan and reads the fleet's (upstream.lua), computes
+// every class's allocation (upstream.Allocate: the same figures on every
+// node) and enforces its part of it (upstream.Part) in one token bucket per
+// class and upstream.
+//
+// A request on an endpoint that draws on an upstream that is not Healthy
+// is gated: a tenant whose class the phase suspends is refused before any
+// level is debited (Decision.Suspended: 503 with Retry-After, X-Outage-Mode
+// and X-Tier); one the levels admit then needs its cost from its class's
+// bucket, else it is denied at LevelUpstream (429) naming the reduced
+// limit. A request denied by its class has been counted at the levels it
+// passed, as a request Envoy denies at its last descriptor has been at the
+// others: the class bucket is what protects the upstream, and it is
+// tighter than the levels while the upstream is degraded.
+//
+// While no upstream of the plane is degraded the gate costs a decision one
+// atomic load. Without Redis there is no plan and no gate.
+
+// LevelUpstream is where a request is denied by its upstream's degraded
+// capacity: not one of Levels, which are the policy's limits.
+const LevelUpstream Level = "upstream"
+
+// gate is an engine's upstream gate.
+type gate struct {
+	// plan is what decisions read: nil while no upstream is degraded.
+	plan atomic.Pointer[gatePlan]
+	// shown is the plan in force, healthy or not, for UpstreamStatus.
+	shown atomic.Pointer[gatePlan]
+
+	// The loop's state (one goroutine).
+	held    *upstream.Plan
+	heldAt  int64         // µs, local clock, when held was last confirmed
+	heldAge time.Duration // held's age then (Redis TIME − its PublishedMs)
+	byName  map[string]*gateUpstream
+	scratch scheduler.Scratch
+}
+
+// gatePlan is a plan as decisions use it.
+type gatePlan struct {
+	plan       *upstream.Plan
+	policy     *policy.Policy
+	ups        []*gateUpstream // in the plan's order
+	byEndpoint map[string]*gateUpstream
+	costs      map[string]int64 // the gated endpoints' costs
+	retryAfter time.Duration    // a suspended tenant's Retry-After: the cycle
+}
+
+// gateUpstream is one degraded upstream's state on this node. The plan's
+// fields are replaced by the loop under mu; buckets persist across plans.
+type gateUpstream struct {
+	name string
+
+	mu      sync.Mutex
+	up      *upstream.UpstreamPlan
+	buckets [upstream.NumClasses]classBucket
+	reasons [upstream.NumClasses]string // a denial's reason, per class
+	// offered counts the tokens that reached the bucket per class since the
+	// last exchange; demand is its moving average, tokens/s.
+	offered [upstream.NumClasses]int64
+	demand  [upstream.NumClasses]float64
+	// shown is what Status reports: allocation and node part per class.
+	alloc, part [upstream.NumClasses]float64
+	confidence  float64
+	fractions   [upstream.NumClasses]float64
+	shed        [2][upstream.NumClasses]int64 // suspended, throttled
+}
+
+// classBucket is a token bucket that may go into debt: it admits a request
+// when it holds min(cost, burst), as a share bucket does, so a request
+// costlier than the burst is paced, never refused for good.
+type classBucket struct {
+	rate, burst, tokens float64
+	last                int64 // µs
+}
+
+func (b *classBucket) take(cost float64, now int64) (ok bool, waitUs int64) {
+	if now > b.last {
+		b.tokens = min(b.burst, b.tokens+b.rate*float64(now-b.last)/1e6)
+		b.last = now
+	}
+	if b.tokens >= min(cost, b.burst) && b.rate > 0 {
+		b.tokens -= cost
+		return true, 0
+	}
+	if b.rate <= 0 {
+		return false, -1
+	}
+	return false, int64(math.Ceil((min(cost, b.burst) - b.tokens) / b.rate * 1e6))
+}
+
+// gateBurst is how many seconds of its rate a class bucket holds.
+const gateBurst = 0.5
+
+// route finds the degraded upstream r's endpoint draws on and the class of
+// r's tenant on it; nil when the request is not gated.
+func (g *gate) route(r *Request) (*gatePlan, *gateUpstream, upstream.Class) {
+	gp := g.plan.Load()
+	if gp == nil {
+		return nil, nil, 0
+	}
+	gu := gp.byEndpoint[r.Endpoint]
+	if gu == nil {
+		return nil, nil, 0
+	}
+	return gp, gu, gp.classOf(gu, r)
+}
+
+// classOf is the class of r's tenant on gu: the plan's for a tenant it
+// names, else its tier's (the policy's tier for a tenant the plane names,
+// else r's tier if the plane has it, else the default tier), else low.
+func (gp *gatePlan) classOf(gu *gateUpstream, r *Request) upstream.Class {
+	up := gu.plan()
+	if tc, ok := up.Tenants[r.Tenant]; ok {
+		return tc.Class
+	}
+	tier := r.Tier
+	if t, ok := gp.policy.Tenant(r.Tenant); ok {
+		tier = t.Tier
+	} else if _, ok := gp.policy.Tier(tier); !ok {
+		tier = gp.policy.Spec().DefaultTier
+	}
+	if c, ok := up.Tiers[tier]; ok {
+		return c
+	}
+	return upstream.Low
+}
+
+func (gu *gateUpstream) plan() *upstream.UpstreamPlan {
+	gu.mu.Lock()
+	defer gu.mu.Unlock()
+	return gu.up
+}
+
+// take admits r, before the levels, by its class on gu: its cost from the
+// class's bucket. It reports the cost taken, or fills d with the refusal:
+// a suspended class, or a bucket that cannot cover the cost.
+func (gp *gatePlan) take(gu *gateUpstream, class upstream.Class, r *Request, now int64, d *Decision) (cost int64, ok bool) {
+	cost = gp.costs[r.Endpoint] * max(r.Units, 1)
+	gu.mu.Lock()
+	defer gu.mu.Unlock()
+	if class == upstream.Suspended || gu.fractions[class] <= 0 {
+		gu.shed[0][class]++
+		*d = Decision{Level: LevelUpstream, Bound: LevelUpstream, RetryAfter: gp.retryAfter, Reason: gu.reasons[class],
+			Cost: cost, Upstream: gu.name, Class: upstream.Suspended.String(), Suspended: true}
+		return 0, false
+	}
+	gu.offered[class] += cost
+	ok, waitUs := gu.buckets[class].take(float64(cost), now)
+	if ok {
+		return cost, true
+	}
+	gu.shed[1][class]++
+	retry := MaxRetryAfter
+	if waitUs >= 0 {
+		retry = retryDuration(waitUs)
+	}
+	*d = Decision{Level: LevelUpstream, Bound: LevelUpstream, RetryAfter: retry, Reason: gu.reasons[class],
+		Cost: cost, Upstream: gu.name, Class: class.String()}
+	return 0, false
+}
+
+// settle finishes a gated decision: what take took goes back when the
+// levels did not admit the request (or it could not be decided).
+func (gu *gateUpstream) settle(class upstream.Class, cost int64, d *Decision, err error) {
+	if err != nil || !d.Allow {
+		gu.refund(class, cost)
+	}
+	if err == nil {
+		d.Upstream, d.Class = gu.name, class.String()
+	}
+}
+
+// refund gives back tokens take took.
+func (gu *gateUpstream) refund(class upstream.Class, cost int64) {
+	if cost == 0 {
+		return
+	}
+	gu.mu.Lock()
+	defer gu.mu.Unlock()
+	b := &gu.buckets[class]
+	b.tokens = min(b.burst, b.tokens+float64(cost))
+}
+
+// gatedGroup is the gate's part of a group (DecideAll): each request's
+// route and what take took for it.
+type gatedGroup struct {
+	gus     [MaxGroup]*gateUpstream
+	classes [MaxGroup]upstream.Class
+	costs   [MaxGroup]int64
+}
+
+// takeGroup takes every gated request's cost, in order. When one is
+// refused the group is, at the upstream: every decision is that refusal,
+// and what was taken goes back.
+func (e *Engine) takeGroup(rs []Request, ds []Decision, now func() int64, gg *gatedGroup) bool {
+	gp := e.gate.plan.Load()
+	if gp == nil {
+		return true
+	}
+	for i := range rs {
+		gu := gp.byEndpoint[rs[i].Endpoint]
+		if gu == nil {
+			continue
+		}
+		gg.gus[i], gg.classes[i] = gu, gp.classOf(gu, &rs[i])
+		cost, ok := gp.take(gu, gg.classes[i], &rs[i], now(), &ds[i])
+		if !ok {
+			refusal := ds[i]
+			e.settleGroup(rs[:i], ds[:i], gg, false, nil)
+			for j := range ds {
+				ds[j] = refusal
+			}
+			return false
+		}
+		gg.costs[i] = cost
+	}
+	return true
+}
+
+// settleGroup finishes a group takeGroup admitted.
+func (e *Engine) settleGroup(rs []Request, ds []Decision, gg *gatedGroup, allowed bool, err error) {
+	for i := range rs {
+		if gu := gg.gus[i]; gu != nil {
+			if !allowed {
+				gu.refund(gg.classes[i], gg.costs[i])
+				gg.costs[i] = 0
+			}
+			gu.settle(gg.classes[i], gg.costs[i], &ds[i], err)
+		}
+	}
+}
+
+// gateLoop exchanges with the fleet every reconcile interval until stop
+// closes.
+func (e *Engine) gateLoop(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(e.policy.Load().Spec().ReconcileInterval):
+		}
+		e.gateExchange()
+	}
+}
+
+// gateReportTTL is how long a node's demand report counts, in intervals.
+const gateReportTTL = 3
+
+// gateExchange runs one exchange (upstream.lua) and applies its answer.
+// When Redis does not answer, the plan held stays in force, its confidence
+// decayed by its age, until it expires.
+func (e *Engine) gateExchange() {
+	g := &e.gate
+	p := e.policy.Load()
+	interval := p.Spec().ReconcileInterval
+	now := e.clock()
+	var ups []*gateUpstream
+	keys := []string{upstream.PlanKey(p.ID())}
+	args := []any{"0", e.nodeID, strconv.FormatInt(gateReportTTL*max(interval, 100*time.Millisecond).Milliseconds(), 10)}
+	seconds := 0.0
+	if g.held != nil {
+		args[0] = strconv.FormatInt(g.held.Seq, 10)
+		seconds = float64(now-g.heldAt) / 1e6
+		for i := range g.held.Upstreams {
+			gu := g.byName[g.held.Upstreams[i].Name]
+			ups = append(ups, gu)
+			keys = append(keys, upstream.DemandKey(p.ID(), gu.name))
+			args = append(args, gu.measure(seconds))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(interval, 100*time.Millisecond))
+	reply, err := lua.Upstream.Run(ctx, e.redis, keys, args...).Slice()
+	cancel()
+	if err == nil && len(reply) != 4+6*len(ups) {
+		err = fmt.Errorf("upstream.lua answered %d values, want %d", len(reply), 4+6*len(ups))
+	}
+	if err != nil {
+		e.gateHold(p, now)
+		return
+	}
+	redisMs, _ := reply[0].(int64)
+	if reply[1] == nil {
+		g.apply(e, nil, p, now) // no plan: every upstream is healthy
+		return
+	}
+	plan := g.held
+	if reply[3] != nil {
+		fresh, perr := upstream.ParsePlan(reply[1], reply[2], reply[3])
+		if perr != nil {
+			e.logger.Warn("upstream plan unreadable; keeping the last one", "plane", p.ID(), "err", perr)
+			e.gateHold(p, now)
+			return
+		}
+		plan = fresh
+	}
+	fleet := make(map[string]classDemand, len(ups))
+	for i, gu := range ups {
+		var fd classDemand
+		v := reply[4+6*i:]
+		n, _ := v[0].(int64)
+		fd.nodes = int(n)
+		for c := range fd.demand {
+			s, _ := v[1+c].(string)
+			fd.demand[c], _ = strconv.ParseFloat(s, 64)
+		}
+		fleet[gu.name] = fd
+	}
+	g.heldAt, g.heldAge = now, time.Duration(max(redisMs-plan.PublishedMs, 0))*time.Millisecond
+	g.applyAt(e, plan, p, now, g.heldAge, fleet)
+}
+
+type classDemand struct {
+	nodes  int
+	demand [upstream.NumClasses]float64
+}
+
+// gateHold keeps the held plan in force without Redis, aged by the local
+// clock, until it expires.
+func (e *Engine) gateHold(p *policy.Policy, now int64) {
+	g := &e.gate
+	if g.held == nil {
+		return
+	}
+	age := time.Duration(now-g.heldAt)*time.Microsecond + g.heldAge
+	if age >= upstream.PlanTTL {
+		g.apply(e, nil, p, now)
+		return
+	}
+	g.applyAt(e, g.held, p, now, age, nil)
+}
+
+// measure folds the tokens offered since the last exchange into the node's
+// demand average and returns the report upstream.lua stores.
+func (gu *gateUpstream) measure(seconds float64) string {
+	gu.mu.Lock()
+	defer gu.mu.Unlock()
+	var b strings.Builder
+	alpha := 1.0
+	if seconds > 0 {
+		alpha = 1 - math.Exp(-seconds/gateDemandWindow.Seconds())
+	}
+	for c := range gu.demand {
+		if seconds > 0 {
+			gu.demand[c] += alpha * (float64(gu.offered[c])/seconds - gu.demand[c])
+		}
+		gu.offered[c] = 0
+		if c > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.FormatFloat(gu.demand[c], 'g', 8, 64))
+	}
+	return b.String()
+}
+
+// gateDemandWindow is the time constant of a node's class demand average.
+const gateDemandWindow = time.Second
+
+func (g *gate) apply(e *Engine, plan *upstream.Plan, p *policy.Policy, now int64) {
+	g.applyAt(e, plan, p, now, 0, nil)
+}
+
+// applyAt puts plan in force, age old; fleet is the fleet's demand per
+// upstream (nil: keep each upstream's last allocation's inputs). A nil
+// plan, or one with every upstream healthy, turns the gate off.
+func (g *gate) applyAt(e *Engine, plan *upstream.Plan, p *policy.Policy, now int64, age time.Duration, fleet map[string]classDemand) {
+	if g.held != nil && (plan == nil || plan.Seq != g.held.Seq) {
+		e.logger.Info("upstream plan changed", "plane", p.ID(), "from", g.held.Seq, "to", planSeq(plan))
+	}
+	g.held = plan
+	if plan == nil {
+		g.plan.Store(nil)
+		g.shown.Store(nil)
+		return
+	}
+	if g.byName == nil {
+		g.byName = map[string]*gateUpstream{}
+	}
+	gp := &gatePlan{plan: plan, policy: p, byEndpoint: map[string]*gateUpstream{}, costs: map[string]int64{}, retryAfter: max(plan.Interval, time.Second)}
+	for i := range plan.Upstreams {
+		up := &plan.Upstreams[i]
+		gu := g.byName[up.Name]
+		if gu == nil {
+			gu = &gateUpstream{name: up.Name}
+			g.byName[up.Name] = gu
+		}
+		fd, ok := fleet[up.Name]
+		gu.set(up, fd, ok, age, plan.Interval, now, &g.scratch)
+		gp.ups = append(gp.ups, gu)
+		if up.Phase == upstream.Healthy {
+			continue
+		}
+		for _, ep := range up.Endpoints {
+			if i, ok := p.EndpointIndex(ep); ok { // a plan may be a cycle behind the policy
+				gp.byEndpoint[ep], gp.costs[ep] = gu, p.Endpoints()[i].Cost
+			}
+		}
+	}
+	g.shown.Store(gp)
+	if len(gp.byEndpoint) == 0 {
+		g.plan.Store(nil)
+		return
+	}
+	g.plan.Store(gp)
+}
+
+func planSeq(p *upstream.Plan) int64 {
+	if p == nil {
+		return 0
+	}
+	return p.Seq
+}
+
+// set puts up in force on this node: the allocation of the capacity left
+// (confidence decayed by age beyond one interval) over the classes, from
+// the fleet's demand, and this node's part of each.
+func (gu *gateUpstream) set(up *upstream.UpstreamPlan, fd classDemand, fresh bool, age, interval time.Duration, now int64, scratch *scheduler.Scratch) {
+	gu.mu.Lock()
+	defer gu.mu.Unlock()
+	gu.up = up
+	gu.confidence = max(0, up.Confidence-upstream.Staleness(age-interval))
+	gu.fractions = up.Phase.Fractions()
+	if !fresh {
+		fd = classDemand{nodes: 1, demand: gu.demand}
+		if gu.alloc != ([upstream.NumClasses]float64{}) {
+			// Redis is away: keep each class's part as it was.
+			for c := range fd.demand {
+				if gu.part[c] > 0 {
+					fd.demand[c] = gu.demand[c] / gu.part[c]
+				}
+			}
+		}
+	}
+	capacity := up.Capacity * gu.confidence
+	upstream.Allocate(capacity, up.Reserve, fd.demand, gu.fractions, &gu.alloc, scratch)
+	for c := range gu.buckets {
+		gu.part[c] = upstream.Part(gu.demand[c], fd.demand[c], fd.nodes)
+		b := &gu.buckets[c]
+		if b.last != 0 {
+			b.tokens = min(b.tokens+b.rate*float64(max(now-b.last, 0))/1e6, b.burst) // settle at the old rate
+		}
+		b.rate = gu.alloc[c] * gu.part[c]
+		b.burst = max(b.rate*gateBurst, 1)
+		if b.last == 0 {
+			b.tokens = b.burst // a new bucket starts full
+		}
+		b.tokens, b.last = min(b.tokens, b.burst), now
+		class := upstream.Class(c)
+		if class == upstream.Suspended || gu.fractions[c] <= 0 {
+			gu.reasons[c] = fmt.Sprintf("upstream %s is degraded (confidence %.2f, %s): tenants of class %s get none of its capacity until it recovers",
+				up.Name, gu.confidence, up.Phase, class)
+		} else {
+			gu.reasons[c] = fmt.Sprintf("upstream %s is degraded (confidence %.2f, %s): class %s is limited to %.1f tokens/s fleet-wide of its %.0f/s capacity",
+				up.Name, gu.confidence, up.Phase, class, gu.alloc[c], up.Capacity)
+		}
+	}
+}
+
+// UpstreamStatus is one upstream of the plan in force as this enforcer
+// applies it.
+type UpstreamStatus struct {
+	Name       string
+	Phase      string
+	PlanSeq    int64
+	Capacity   float64 // nominal, tokens/s
+	Confidence float64 // the plan's, decayed by its age
+	// Classes, suspended to critical.
+	Classes [upstream.NumClasses]UpstreamClassStatus
+}
+
+// UpstreamClassStatus is one class on one upstream.
+type UpstreamClassStatus struct {
+	Class string
+	// Allocation is the class's fleet-wide rate (tokens/s); Rate this
+	// node's part of it; Demand this node's demand (tokens/s).
+	Allocation, Rate, Demand float64
+	// Suspended and Throttled count the requests refused on this node.
+	Suspended, Throttled int64
+}
+
+// UpstreamStatus reports the upstreams of the plan in force; none without a
+// plan (every upstream healthy, or no Redis).
+func (e *Engine) UpstreamStatus() []UpstreamStatus {
+	gp := e.gate.shown.Load()
+	if gp == nil {
+		return nil
+	}
+	out := make([]UpstreamStatus, 0, len(gp.ups))
+	for _, gu := range gp.ups {
+		gu.mu.Lock()
+		s := UpstreamStatus{Name: gu.name, Phase: gu.up.Phase.String(), PlanSeq: gp.plan.Seq, Capacity: gu.up.Capacity, Confidence: gu.confidence}
+		for c := range s.Classes {
+			s.Classes[c] = UpstreamClassStatus{Class: upstream.Class(c).String(), Allocation: gu.alloc[c], Rate: gu.buckets[c].rate,
+				Demand: gu.demand[c], Suspended: gu.shed[0][c], Throttled: gu.shed[1][c]}
+		}
+		gu.mu.Unlock()
+		out = append(out, s)
+	}
+	return out
+}
+
+// TenantUpstream is a tenant's class on one upstream of the plan in force.
+type TenantUpstream struct {
+	Upstream, Phase, Class string
+	// Score is the tenant's priority score as the leader last computed it;
+	// Named says the plan names the tenant (else its class is its tier's).
+	Score float64
+	Named bool
+}
+
+// TenantUpstreams reports the class of the tenant named (of tier, for one
+// the plane does not name) on every upstream of the plan in force.
+func (e *Engine) TenantUpstreams(tenant, tier string) []TenantUpstream {
+	gp := e.gate.shown.Load()
+	if gp == nil {
+		return nil
+	}
+	r := Request{Tenant: tenant, Tier: tier}
+	var out []TenantUpstream
+	for _, gu := range gp.ups {
+		up := gu.plan()
+		tc, named := up.Tenants[tenant]
+		out = append(out, TenantUpstream{Upstream: gu.name, Phase: up.Phase.String(), Class: gp.classOf(gu, &r).String(), Score: tc.Score, Named: named})
+	}
+	return out
+}

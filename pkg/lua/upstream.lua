@@ -1,0 +1,63 @@
+-- upstream.lua: an enforcer's exchange with the fleet about a plane's
+-- degraded upstreams (pkg/upstream, pkg/enforcer upstream.go), once per
+-- reconcile interval: read the plan the leader published if it changed,
+-- report this node's demand per class on each upstream of the plan it
+-- holds, and return the fleet's.
+--
+-- KEYS[1]  the plan, a hash (pkg/upstream PublishPlan): seq (grows with
+--          every publish), at (ms of Redis TIME when published), body (the
+--          plan's JSON); it expires when no leader republishes it
+-- KEYS[2..] per upstream of the plan the node holds, its demand hash:
+--          field node id, value "<ms> <d0> <d1> <d2> <d3> <d4>", the ms it
+--          was reported at and the node's demand per class (tokens/s,
+--          suspended to critical)
+-- ARGV[1]  the plan seq the node holds (0: none)
+-- ARGV[2]  node id
+-- ARGV[3]  how long a report stays live, ms
+-- ARGV[4..] per demand hash, this node's demand: "<d0> <d1> <d2> <d3> <d4>"
+--
+-- Returns {now ms, seq (false: no plan), at (false: no plan), body (false
+-- unless seq differs from ARGV[1]), then per demand hash: the live nodes,
+-- this one included, and the fleet's demand per class as five strings
+-- (numbers in a reply would be truncated to integers)}.
+--
+-- Side effects: stores this node's reports, removes reports older than
+-- ARGV[3] and sets each demand hash to expire after it (a plane that stops
+-- degrading leaves nothing behind). Time is Redis TIME: one clock for the
+-- fleet. Complexity: O(nodes × upstreams).
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+local head = redis.call('HMGET', KEYS[1], 'seq', 'at')
+local seq, at = head[1], head[2]
+local body = false
+if seq and seq ~= ARGV[1] then
+  body = redis.call('HGET', KEYS[1], 'body')
+end
+local out = {now, seq or false, at or false, body or false}
+for i = 2, #KEYS do
+  redis.call('HSET', KEYS[i], ARGV[2], now .. ' ' .. ARGV[i + 2])
+  redis.call('PEXPIRE', KEYS[i], ttl)
+  local all = redis.call('HGETALL', KEYS[i])
+  local live, sums = 0, {0, 0, 0, 0, 0}
+  for j = 1, #all, 2 do
+    local fields = {}
+    for f in string.gmatch(all[j + 1], '%S+') do
+      fields[#fields + 1] = tonumber(f)
+    end
+    if #fields ~= 6 or fields[1] == nil or fields[1] + ttl < now then
+      redis.call('HDEL', KEYS[i], all[j])
+    else
+      live = live + 1
+      for c = 1, 5 do
+        sums[c] = sums[c] + (fields[c + 1] or 0)
+      end
+    end
+  end
+  out[#out + 1] = live
+  for c = 1, 5 do
+    out[#out + 1] = string.format('%.17g', sums[c])
+  end
+end
+return out
