@@ -47,6 +47,8 @@ type gate struct {
 	plan atomic.Pointer[gatePlan]
 	// shown is the plan in force, healthy or not, for UpstreamStatus.
 	shown atomic.Pointer[gatePlan]
+	// reports are the passive reports to forward (upstream_report.go).
+	reports pendingReports
 
 	// The loop's state (one goroutine).
 	held    *upstream.Plan
@@ -290,8 +292,11 @@ func (e *Engine) gateExchange() {
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(interval, 100*time.Millisecond))
+	defer cancel()
+	if err := e.flushReports(ctx, p, now); err != nil {
+		e.logger.Warn("upstream reports not forwarded", "plane", p.ID(), "err", err)
+	}
 	reply, err := lua.Upstream.Run(ctx, e.redis, keys, args...).Slice()
-	cancel()
 	if err == nil && len(reply) != 4+6*len(ups) {
 		err = fmt.Errorf("upstream.lua answered %d values, want %d", len(reply), 4+6*len(ups))
 	}
@@ -481,6 +486,7 @@ func (gu *gateUpstream) set(up *upstream.UpstreamPlan, fd classDemand, fresh boo
 type UpstreamStatus struct {
 	Name       string
 	Phase      string
+	PhaseIndex int // upstream.Phase: 0 Healthy … 4 Phase3
 	PlanSeq    int64
 	Capacity   float64 // nominal, tokens/s
 	Confidence float64 // the plan's, decayed by its age
@@ -508,7 +514,7 @@ func (e *Engine) UpstreamStatus() []UpstreamStatus {
 	out := make([]UpstreamStatus, 0, len(gp.ups))
 	for _, gu := range gp.ups {
 		gu.mu.Lock()
-		s := UpstreamStatus{Name: gu.name, Phase: gu.up.Phase.String(), PlanSeq: gp.plan.Seq, Capacity: gu.up.Capacity, Confidence: gu.confidence}
+		s := UpstreamStatus{Name: gu.name, Phase: gu.up.Phase.String(), PhaseIndex: int(gu.up.Phase), PlanSeq: gp.plan.Seq, Capacity: gu.up.Capacity, Confidence: gu.confidence}
 		for c := range s.Classes {
 			s.Classes[c] = UpstreamClassStatus{Class: upstream.Class(c).String(), Allocation: gu.alloc[c], Rate: gu.buckets[c].rate,
 				Demand: gu.demand[c], Suspended: gu.shed[0][c], Throttled: gu.shed[1][c]}
@@ -543,4 +549,42 @@ func (e *Engine) TenantUpstreams(tenant, tier string) []TenantUpstream {
 		out = append(out, TenantUpstream{Upstream: gu.name, Phase: up.Phase.String(), Class: gp.classOf(gu, &r).String(), Score: tc.Score, Named: named})
 	}
 	return out
+}
+
+// UpstreamWhy says, in words, why the tenant named (of tier, for one the
+// plane does not name) has its class on the upstream named, and what the
+// upstream's phase lets that class have.
+func (e *Engine) UpstreamWhy(tenant, tier, name string) string {
+	gp := e.gate.shown.Load()
+	if gp == nil {
+		return ""
+	}
+	for _, gu := range gp.ups {
+		if gu.name != name {
+			continue
+		}
+		r := Request{Tenant: tenant, Tier: tier}
+		class := gp.classOf(gu, &r)
+		gu.mu.Lock()
+		defer gu.mu.Unlock()
+		up := gu.up
+		var b strings.Builder
+		if tc, ok := up.Tenants[tenant]; ok {
+			fmt.Fprintf(&b, "the leader's last cycle classed it %s: priority score %.2f at confidence %.2f", tc.Class, tc.Score, up.Confidence)
+		} else {
+			fmt.Fprintf(&b, "the plan does not name it: it has its tier's class, %s", class)
+		}
+		switch f := gu.fractions[class]; {
+		case up.Phase == upstream.Healthy:
+			b.WriteString("; the upstream is healthy: nothing is gated")
+		case class == upstream.Suspended || f <= 0:
+			fmt.Fprintf(&b, "; in %s class %s gets none of the upstream (503 until it recovers)", up.Phase, class)
+		case f < 1:
+			fmt.Fprintf(&b, "; in %s class %s gets %.0f%% of its demand, %.1f tokens/s fleet-wide", up.Phase, class, 100*f, gu.alloc[class])
+		default:
+			fmt.Fprintf(&b, "; in %s class %s shares the upstream by weight %.1f: %.1f tokens/s fleet-wide", up.Phase, class, upstream.ClassWeights[class], gu.alloc[class])
+		}
+		return b.String()
+	}
+	return ""
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/upstream"
+
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
@@ -92,6 +94,22 @@ type debugView struct {
 	Recent       []debugEntry `json:"recentDecisions"`
 	// Fleet is the plane's enforcers, in the distributed modes.
 	Fleet *debugFleet `json:"fleet,omitempty"`
+	// Upstreams are the tenant's priority class on each upstream of the
+	// plan in force (seed 004), and why.
+	Upstreams []debugUpstream `json:"upstreams,omitempty"`
+}
+
+// debugUpstream is a tenant's class on one upstream.
+type debugUpstream struct {
+	Upstream   string  `json:"upstream"`
+	Phase      string  `json:"phase"`
+	Confidence float64 `json:"confidence"`
+	Class      string  `json:"class"`
+	Score      float64 `json:"score,omitempty"`
+	// AllocationPerSec is the class's fleet-wide share of the upstream
+	// while it is degraded.
+	AllocationPerSec float64 `json:"allocationPerSecond,omitempty"`
+	Why              string  `json:"why"`
 }
 
 // debugFleet is the plane's enforcers as their reports in Redis say.
@@ -221,6 +239,7 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 	if b.Mode != "local" {
 		v.Fleet = fleetView(ctx, e, b, cfg.fleet)
 	}
+	v.Upstreams = upstreamsView(e, s.Tenant, s.Tier)
 	writeJSON(w, http.StatusOK, v)
 }
 
@@ -262,4 +281,21 @@ func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus
 		f.Enforcers = append(f.Enforcers, self)
 	}
 	return f
+}
+
+// upstreamsView is the tenant's class on every upstream of the plan in
+// force, and why.
+func upstreamsView(e *enforcer.Engine, tenant, tier string) []debugUpstream {
+	status := e.UpstreamStatus()
+	var out []debugUpstream
+	for i, tu := range e.TenantUpstreams(tenant, tier) {
+		u := status[i]
+		du := debugUpstream{Upstream: tu.Upstream, Phase: tu.Phase, Confidence: u.Confidence, Class: tu.Class, Score: tu.Score}
+		if class, ok := upstream.ParseClass(tu.Class); ok && tu.Phase != upstream.Healthy.String() {
+			du.AllocationPerSec = u.Classes[class].Allocation
+		}
+		du.Why = e.UpstreamWhy(tenant, tier, tu.Upstream)
+		out = append(out, du)
+	}
+	return out
 }

@@ -40,6 +40,7 @@ func NewAPI(e *enforcer.Engine, m *Metrics) http.Handler {
 	a := &API{engine: e, metrics: m}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/{endpoint}", a.decide)
+	mux.HandleFunc("POST "+UpstreamReportPath, a.upstreamReport)
 	// Forward auth, for any method: gateways ask with GET or the original's.
 	mux.HandleFunc(ForwardAuthPath, a.forwardAuth(http.StatusTooManyRequests))
 	mux.HandleFunc(AuthRequestPath, a.forwardAuth(http.StatusForbidden))
@@ -48,7 +49,7 @@ func NewAPI(e *enforcer.Engine, m *Metrics) http.Handler {
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: decisions are POST /api/{endpoint}", r.Method))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: decisions are POST /api/{endpoint}, or forward auth at %s and %s", r.URL.Path, ForwardAuthPath, AuthRequestPath))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: decisions are POST /api/{endpoint}, or forward auth at %s and %s; upstream reports POST %s", r.URL.Path, ForwardAuthPath, AuthRequestPath, UpstreamReportPath))
 	})
 	return mux
 }
@@ -183,4 +184,56 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// UpstreamReportPath takes passive reports of calls to upstreams (seed
+// 004's sensing from the data path): a JSON body {"calls": [{"upstream":
+// "llm", "status": 200, "latencyMs": 123.4, "count": 1, "remaining": 40,
+// "limit": 100}, …]}, at most MaxUpstreamCalls calls; status 0 is a call
+// that got no answer; count, remaining and limit are optional. 202 when
+// taken, 400 saying what is wrong otherwise (nothing is taken).
+const UpstreamReportPath = "/quota/upstream/report"
+
+// MaxUpstreamCalls bounds the calls of one report.
+const MaxUpstreamCalls = 1000
+
+type upstreamReport struct {
+	Calls []struct {
+		Upstream  string  `json:"upstream"`
+		Status    int     `json:"status"`
+		LatencyMs float64 `json:"latencyMs"`
+		Count     int     `json:"count"`
+		Remaining int64   `json:"remaining"`
+		Limit     int64   `json:"limit"`
+	} `json:"calls"`
+}
+
+func (a *API) upstreamReport(w http.ResponseWriter, r *http.Request) {
+	var rep upstreamReport
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body must be JSON {\"calls\": [{\"upstream\", \"status\", \"latencyMs\", \"count\", \"remaining\", \"limit\"}]}: %v", err))
+		return
+	}
+	if len(rep.Calls) == 0 || len(rep.Calls) > MaxUpstreamCalls {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("a report holds 1 to %d calls, not %d", MaxUpstreamCalls, len(rep.Calls)))
+		return
+	}
+	calls := make([]enforcer.UpstreamCall, len(rep.Calls))
+	for i, c := range rep.Calls {
+		if !(c.LatencyMs >= 0 && c.LatencyMs <= float64(time.Hour/time.Millisecond)) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("call %d: latencyMs %v out of range [0, 3600000]", i, c.LatencyMs))
+			return
+		}
+		calls[i] = enforcer.UpstreamCall{Upstream: c.Upstream, Status: c.Status, Latency: time.Duration(c.LatencyMs * float64(time.Millisecond)),
+			Count: c.Count, Remaining: c.Remaining, Limit: c.Limit}
+	}
+	if err := a.engine.ReportUpstream(calls); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusAccepted, struct {
+		Accepted int `json:"accepted"`
+	}{len(calls)})
 }

@@ -67,7 +67,7 @@ func NewMetrics(e *enforcer.Engine, redis prometheus.Histogram) *Metrics {
 			Help: "Policy loads by result: ok, or error (the last good policy stays in force).",
 		}, []string{"result"}),
 	}
-	for _, l := range enforcer.Levels {
+	for _, l := range append(enforcer.Levels[:], enforcer.LevelUpstream) {
 		m.denied.WithLabelValues(string(l))
 	}
 	m.PolicyLoads.WithLabelValues("ok")
@@ -113,10 +113,16 @@ var (
 	scriptFailsDesc   = prometheus.NewDesc("quota_redis_script_failures_total", "Calls of the decision script that failed.", nil, nil)
 	fallbacksDesc     = prometheus.NewDesc("quota_failure_mode_decisions_total", "Decisions made by the plane's failureMode.", nil, nil)
 	debtDesc          = prometheus.NewDesc("quota_borrow_debt", "Tokens a tenant the policy names owes the burst pool.", []string{"tenant"}, nil)
+
+	confidenceDesc = prometheus.NewDesc("quota_upstream_capacity_confidence", "An upstream's capacity confidence as this enforcer applies it (the leader's, decayed by the plan's age), 0 to 1.", []string{"upstream"}, nil)
+	phaseDesc      = prometheus.NewDesc("quota_upstream_phase", "An upstream's phase: 0 Healthy, 1 Degraded, 2 to 4 recovery phases 1 to 3.", []string{"upstream"}, nil)
+	allocationDesc = prometheus.NewDesc("quota_upstream_allocation", "A class's fleet-wide share of a degraded upstream, tokens per second.", []string{"upstream", "class"}, nil)
+	shedDesc       = prometheus.NewDesc("quota_upstream_shed_total", "Requests this enforcer refused for a degraded upstream, by class and reason: suspended (503) or throttled (429).", []string{"upstream", "class", "reason"}, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{policyVersionDesc, backendDesc, nodesDesc, scriptCallsDesc, scriptFailsDesc, fallbacksDesc, debtDesc} {
+	for _, d := range []*prometheus.Desc{policyVersionDesc, backendDesc, nodesDesc, scriptCallsDesc, scriptFailsDesc, fallbacksDesc, debtDesc,
+		confidenceDesc, phaseDesc, allocationDesc, shedDesc} {
 		ch <- d
 	}
 }
@@ -141,6 +147,15 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if s, ok := c.e.TenantStatusAt(now, t.Name); ok {
 			ch <- prometheus.MustNewConstMetric(debtDesc, prometheus.GaugeValue, float64(s.Debt), t.Name)
+		}
+	}
+	for _, u := range c.e.UpstreamStatus() {
+		ch <- prometheus.MustNewConstMetric(confidenceDesc, prometheus.GaugeValue, u.Confidence, u.Name)
+		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, float64(u.PhaseIndex), u.Name)
+		for _, cl := range u.Classes {
+			ch <- prometheus.MustNewConstMetric(allocationDesc, prometheus.GaugeValue, cl.Allocation, u.Name, cl.Class)
+			ch <- prometheus.MustNewConstMetric(shedDesc, prometheus.CounterValue, float64(cl.Suspended), u.Name, cl.Class, "suspended")
+			ch <- prometheus.MustNewConstMetric(shedDesc, prometheus.CounterValue, float64(cl.Throttled), u.Name, cl.Class, "throttled")
 		}
 	}
 }

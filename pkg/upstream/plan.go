@@ -261,3 +261,34 @@ func (p *Plan) check() error {
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// Report is what one enforcer forwards of the passive reports its data path
+// sent about one upstream over one interval (POST /quota/upstream/report):
+// JSON in the list ReportsKey, which the leader drains each cycle.
+type Report struct {
+	Node string `json:"node"`
+	// AtMs is when the interval ended, Unix ms of the enforcer's clock.
+	AtMs int64 `json:"atMs"`
+	// N calls, Errors of them failed (no answer, 429 or 5xx: IsError).
+	N      int `json:"n"`
+	Errors int `json:"errors"`
+	// LatenciesMs is a sample of the calls' latencies (at most
+	// MaxReportLatencies, every call's while they fit).
+	LatenciesMs []float64 `json:"latenciesMs,omitempty"`
+	// Remaining and Limit are the last rate-limit reading reported; -1
+	// when none was.
+	Remaining int64 `json:"remaining"`
+	Limit     int64 `json:"limit"`
+}
+
+// MaxReportLatencies bounds a Report's latency sample.
+const MaxReportLatencies = 256
+
+// MaxReports bounds the reports a list keeps: the leader drains it every
+// cycle; one that does not (gone) leaves at most this many behind.
+const MaxReports = 1024
+
+// IsError says whether a call that got status counts as an error: no
+// answer (0), 429, or 5xx, as seed 004's probe counts 429, 500, 502 and
+// 503.
+func IsError(status int) bool { return status == 0 || status == 429 || status >= 500 }
