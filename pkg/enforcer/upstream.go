@@ -47,8 +47,10 @@ type gate struct {
 	plan atomic.Pointer[gatePlan]
 	// shown is the plan in force, healthy or not, for UpstreamStatus.
 	shown atomic.Pointer[gatePlan]
-	// reports are the passive reports to forward (upstream_report.go).
+	// reports are the passive reports to forward, usage the tenants'
+	// admitted totals (upstream_report.go).
 	reports pendingReports
+	usage   usageState
 
 	// The loop's state (one goroutine).
 	held    *upstream.Plan

@@ -1,10 +1,12 @@
 package enforcer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,7 +103,8 @@ func (e *Engine) ReportUpstream(calls []UpstreamCall) error {
 }
 
 // flushReports sends what was reported since the last flush, one pipeline:
-// a report per upstream pushed on its list, trimmed to upstream.MaxReports.
+// a report per upstream pushed on its list, trimmed to upstream.MaxReports,
+// and the usage report when one is due.
 // Reports Redis does not take are dropped: a reading is only worth its
 // freshness.
 func (e *Engine) flushReports(ctx context.Context, p *policy.Policy, now int64) error {
@@ -110,10 +113,19 @@ func (e *Engine) flushReports(ctx context.Context, p *policy.Policy, now int64) 
 	pending := pr.byName
 	pr.byName = nil
 	pr.mu.Unlock()
-	if len(pending) == 0 {
+	usage := e.usageReport(now)
+	if len(pending) == 0 && usage == nil {
 		return nil
 	}
 	_, err := e.redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		if usage != nil {
+			body, err := json.Marshal(usage)
+			if err != nil {
+				return err
+			}
+			pipe.HSet(ctx, upstream.UsageKey(p.ID()), e.nodeID, body)
+			pipe.PExpire(ctx, upstream.UsageKey(p.ID()), 3*upstream.UsageInterval)
+		}
 		for name, r := range pending {
 			r.AtMs = now / 1000
 			body, err := json.Marshal(r)
@@ -128,4 +140,56 @@ func (e *Engine) flushReports(ctx context.Context, p *policy.Policy, now int64) 
 		return nil
 	})
 	return err
+}
+
+// Usage: the leader's priority score counts a tenant's live usage ratio
+// (seed 004: usage over allocation). Every upstream.UsageInterval each enforcer
+// reports the rate its busiest named tenants were admitted at, tokens/s,
+// in the hash upstream.UsageKey (field: node id; upstream.Usage); the
+// leader sums the live nodes' and divides by each tenant's limit.
+
+// usageTenants bounds a usage report.
+const usageTenants = 512
+
+// usageState is the loop's memory of the tenants' admitted totals.
+type usageState struct {
+	last   int64 // µs of the last report
+	totals map[string]int64
+}
+
+// usageReport is the node's report now, or nil when one is not due.
+func (e *Engine) usageReport(now int64) *upstream.Usage {
+	u := &e.gate.usage
+	if now-u.last < upstream.UsageInterval.Microseconds() {
+		return nil
+	}
+	seconds := float64(now-u.last) / 1e6
+	first := u.last == 0
+	u.last = now
+	snap := e.snap.Load()
+	totals := make(map[string]int64, len(snap.known))
+	type rate struct {
+		name string
+		rate float64
+	}
+	var rates []rate
+	for name, ts := range snap.known {
+		ts.mu.Lock()
+		total := ts.stats.admittedCost
+		ts.mu.Unlock()
+		totals[name] = total
+		if prev, ok := u.totals[name]; ok && !first && total > prev {
+			rates = append(rates, rate{name, float64(total-prev) / seconds})
+		}
+	}
+	u.totals = totals
+	if first {
+		return nil
+	}
+	slices.SortFunc(rates, func(a, b rate) int { return cmp.Compare(b.rate, a.rate) })
+	report := &upstream.Usage{Node: e.nodeID, AtMs: now / 1000, Rates: map[string]float64{}}
+	for _, r := range rates[:min(len(rates), usageTenants)] {
+		report.Rates[r.name] = math.Round(r.rate*1000) / 1000
+	}
+	return report
 }

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -128,6 +129,13 @@ func TestUpstreamGate(t *testing.T) {
 		t.Errorf("the fleet admitted %.1f/s on the upstream (gold %.1f, silver %.1f), want its degraded capacity 40/s ± 5%%", total, gold, silver)
 	}
 	t.Logf("admitted on the upstream: gold %.2f/s, silver %.2f/s", gold, silver)
+	// Each node reported its named tenants' admitted rates for the
+	// leader's usage ratio: gold (on a only) at about 30/s.
+	raw, err := srv.Client().HGet(context.Background(), upstream.UsageKey(p.ID()), "a").Result()
+	var usage upstream.Usage
+	if err != nil || json.Unmarshal([]byte(raw), &usage) != nil || usage.Rates["gold"] < 25 || usage.Rates["gold"] > 35 {
+		t.Errorf("node a's usage report %q (%v), want gold at about 30 tokens/s", raw, err)
+	}
 	st := a.UpstreamStatus()
 	if len(st) != 1 || st[0].Phase != "Phase1" || st[0].Classes[upstream.Critical].Allocation < 30 {
 		t.Errorf("status %+v, want llm in Phase1 with critical allocated at least its reserve", st)

@@ -292,3 +292,19 @@ const MaxReports = 1024
 // answer (0), 429, or 5xx, as seed 004's probe counts 429, 500, 502 and
 // 503.
 func IsError(status int) bool { return status == 0 || status == 429 || status >= 500 }
+
+// Usage is one enforcer's report of the rates its busiest named tenants
+// were admitted at (tokens/s, over its last report interval), JSON in the
+// hash UsageKey under the node's id: the leader's usage ratio is the live
+// nodes' sum over the tenant's limit.
+//
+// An enforcer reports every UsageInterval; the hash expires three intervals
+// after the last report, and the leader counts a report for as long.
+type Usage struct {
+	Node  string             `json:"node"`
+	AtMs  int64              `json:"atMs"`
+	Rates map[string]float64 `json:"rates"`
+}
+
+// UsageInterval is how often an enforcer reports Usage.
+const UsageInterval = 5 * time.Second
