@@ -113,11 +113,16 @@ func (h *HTTPTarget) Decide(ctx context.Context, node int, _ time.Time, r *enfor
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	class := resp.Header.Get("X-Tier") // set while the endpoint's upstream is degraded
 	switch resp.StatusCode {
 	case http.StatusOK:
-		return enforcer.Decision{Allow: true}, nil
+		return enforcer.Decision{Allow: true, Class: class}, nil
 	case http.StatusTooManyRequests:
-		return enforcer.Decision{Level: enforcer.Level(resp.Header.Get("X-Quota-Level"))}, nil
+		return enforcer.Decision{Level: enforcer.Level(resp.Header.Get("X-Quota-Level")), Class: class}, nil
+	case http.StatusServiceUnavailable:
+		if resp.Header.Get("X-Outage-Mode") == "true" {
+			return enforcer.Decision{Level: enforcer.LevelUpstream, Class: class, Suspended: true}, nil
+		}
 	}
 	return enforcer.Decision{}, fmt.Errorf("load: %s answered %s", h.URLs[node], resp.Status)
 }
