@@ -1,6 +1,7 @@
 // Package v1alpha1 holds the quotaplane.io/v1alpha1 API: the custom resources that
 // describe a quota plane (QuotaPlane), its tenants (TenantQuota), its endpoints
-// (EndpointQuota) and its shared burst pool (BurstPool).
+// (EndpointQuota), its shared burst pool (BurstPool) and the upstreams its
+// endpoints depend on (Upstream).
 //
 // All objects of one plane live in one namespace. The types carry no logic beyond
 // defaults; pkg/policy compiles them into the immutable policy the enforcers load.
@@ -30,6 +31,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TenantQuota{}, &TenantQuotaList{},
 		&EndpointQuota{}, &EndpointQuotaList{},
 		&BurstPool{}, &BurstPoolList{},
+		&Upstream{}, &UpstreamList{},
 	)
 	metav1AddToGroupVersion(scheme)
 	return nil

@@ -174,6 +174,45 @@ type Tier struct {
 	// hard tenants never borrow from the burst pool.
 	// +optional
 	Hard bool `json:"hard,omitempty"`
+
+	// priorityBase is the tier's base score in percent, 0 to 100, in seed
+	// 004's priority score (see TenantQuota spec.priority), which classes
+	// the tier's tenants on a degraded Upstream. Default by the tier's rank
+	// in priority order (weight descending, then name), the rule
+	// policy.DefaultPriorityBase: from 70 for the first tier down to 10 for
+	// the last, evenly spaced and rounded to whole percent (four tiers: 70,
+	// 50, 30, 10, the seed's enterprise, business, starter, free; one tier:
+	// 70).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	PriorityBase *int64 `json:"priorityBase,omitempty"`
+}
+
+// OutageWebhook is where class-change notices are posted: one JSON object
+// per change of a tenant's class on an Upstream (seed 004's proactive
+// communication), retried with backoff, dropped and counted when the
+// receiver lags far behind.
+type OutageWebhook struct {
+	// url receives the notices, an absolute https (or http) URL with a host.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="url must be an absolute https or http URL with a host, such as https://hooks.example.com/quotaplane"
+	URL string `json:"url"`
+
+	// secretRef names the Secret entry whose value signs each body with
+	// HMAC-SHA256, sent as X-Quotaplane-Signature: sha256=<hex>. Unset:
+	// notices are not signed.
+	// +optional
+	SecretRef *SecretKeyReference `json:"secretRef,omitempty"`
+}
+
+// Outage configures what the plane does when an Upstream degrades.
+type Outage struct {
+	// webhook receives a notice for each change of a tenant's class.
+	// +optional
+	Webhook *OutageWebhook `json:"webhook,omitempty"`
 }
 
 // EnforcerFleet says how the manager scales the enforcer Deployment.
@@ -294,6 +333,11 @@ type QuotaPlaneSpec struct {
 	// enforcer says how the manager scales the enforcer fleet.
 	// +optional
 	Enforcer EnforcerFleet `json:"enforcer,omitempty"`
+
+	// outage configures what the plane does when one of its Upstreams
+	// degrades (seed 004): the class-change webhook.
+	// +optional
+	Outage *Outage `json:"outage,omitempty"`
 }
 
 // Conditions of the QuotaPlane besides Ready.

@@ -44,6 +44,37 @@ type SecretReference struct {
 	Name string `json:"name"`
 }
 
+// TenantPriority are a tenant's signals in seed 004's priority score, which
+// decides its class on an Upstream that loses capacity:
+//
+//	score = min(1, base + 0.15·min(contractValue/500000, 1) + 0.10·realtime
+//	              + 0.05·usage + 0.10·importance/100)
+//
+// where base is its tier's priorityBase (QuotaPlane) and usage its live
+// usage ratio. Unset signals count 0.
+type TenantPriority struct {
+	// contractValue is the tenant's annual contract value in USD (the
+	// seed's arr_usd): it adds 0.15·min(contractValue/500000, 1) to the
+	// score, so 500000 and above add the full 0.15. 0 to 10^12.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000000
+	ContractValue int64 `json:"contractValue,omitempty"`
+
+	// realtime declares a real-time, customer-facing workload (the seed's
+	// is_realtime_workload), not a batch job: it adds 0.10 to the score.
+	// +optional
+	Realtime bool `json:"realtime,omitempty"`
+
+	// importance is a manually set weight in percent, 0 to 100 (the seed's
+	// importance_weight, 0.0 to 1.0): it adds 0.10·importance/100 to the
+	// score.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Importance int64 `json:"importance,omitempty"`
+}
+
 // TenantQuotaSpec describes one tenant's quota.
 type TenantQuotaSpec struct {
 	// tenant is the tenant id, as sent in X-Tenant: 1 to 256 printable ASCII
@@ -114,6 +145,12 @@ type TenantQuotaSpec struct {
 	// only their hashes; the keys never leave the Secret.
 	// +optional
 	KeySecretRef *SecretReference `json:"keySecretRef,omitempty"`
+
+	// priority are the tenant's signals in seed 004's priority score, which
+	// decides its class on a degraded Upstream. Unset: its tier's base
+	// score alone (and its usage), as for a tenant the plane does not name.
+	// +optional
+	Priority *TenantPriority `json:"priority,omitempty"`
 
 	// endpoints override endpoint limits for this tenant, each endpoint once.
 	// +optional

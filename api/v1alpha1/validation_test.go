@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,22 +40,41 @@ type admissionCase struct {
 }
 
 const (
-	wantSlidingRate = "a slidingWindow keeps one entry per request, so its rate must be 1 to 10000; use tokenBucket for larger limits"
-	wantPeriod      = "period is out of range; use a duration from 1ms to 8784h (366 days), such as 500ms, 1s, 5m or 1h30m"
-	wantMicros      = "period has sub-microsecond precision; round it to whole microseconds"
-	wantBurstPeriod = "burst × period is too large to count exactly (burst × period in µs must be at most 2^53); shorten the period or lower the burst"
-	wantGlobal      = "the global limit must be a tokenBucket: fairness and reconciliation work on its refill rate; remove algorithm or set it to tokenBucket"
-	wantInterval    = "reconcileInterval is out of range; use a duration from 10ms to 1h (default 200ms)"
-	wantFloors      = "tier floors add up to more than 100%; they must add up to at most 100% of the global limit: lower some floorPercent"
-	wantDefaultTier = "defaultTier is not one of the tiers; name one of them or leave defaultTier unset"
-	wantReplicas    = "minReplicas must not exceed maxReplicas; lower minReplicas or raise maxReplicas"
-	wantTenant      = "tenant cannot be sent in X-Tenant; use 1 to 256 printable ASCII characters without spaces"
-	wantKey         = "key cannot be sent in X-Api-Key; use 1 to 256 printable ASCII characters without spaces"
-	wantCeiling     = "perTenantCeiling must be at most the pool size; lower perTenantCeiling or raise size"
-	wantDuplicate   = "Duplicate value"
-	wantTierName    = "should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"
-	wantEntryKey    = "a descriptor entry key may name only one of tenant, endpoint and apiKey; remove it from one list"
+	wantSlidingRate  = "a slidingWindow keeps one entry per request, so its rate must be 1 to 10000; use tokenBucket for larger limits"
+	wantPeriod       = "period is out of range; use a duration from 1ms to 8784h (366 days), such as 500ms, 1s, 5m or 1h30m"
+	wantMicros       = "period has sub-microsecond precision; round it to whole microseconds"
+	wantBurstPeriod  = "burst × period is too large to count exactly (burst × period in µs must be at most 2^53); shorten the period or lower the burst"
+	wantGlobal       = "the global limit must be a tokenBucket: fairness and reconciliation work on its refill rate; remove algorithm or set it to tokenBucket"
+	wantInterval     = "reconcileInterval is out of range; use a duration from 10ms to 1h (default 200ms)"
+	wantFloors       = "tier floors add up to more than 100%; they must add up to at most 100% of the global limit: lower some floorPercent"
+	wantDefaultTier  = "defaultTier is not one of the tiers; name one of them or leave defaultTier unset"
+	wantReplicas     = "minReplicas must not exceed maxReplicas; lower minReplicas or raise maxReplicas"
+	wantTenant       = "tenant cannot be sent in X-Tenant; use 1 to 256 printable ASCII characters without spaces"
+	wantKey          = "key cannot be sent in X-Api-Key; use 1 to 256 printable ASCII characters without spaces"
+	wantCeiling      = "perTenantCeiling must be at most the pool size; lower perTenantCeiling or raise size"
+	wantDuplicate    = "Duplicate value"
+	wantTierName     = "should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"
+	wantEntryKey     = "a descriptor entry key may name only one of tenant, endpoint and apiKey; remove it from one list"
+	wantTimeout      = "timeout must be shorter than interval (defaults 5s and 15s): a probe ends before the next starts; shorten timeout or lengthen interval"
+	wantProbeURL     = "url must be an absolute http or https URL with a host, such as https://api.example.com/v1/models"
+	wantWebhookURL   = "url must be an absolute https or http URL with a host, such as https://hooks.example.com/quotaplane"
+	wantBody         = "a body is sent only with method POST; set method: POST or remove body"
+	wantSignal       = "an upstream with sensing Enabled needs a signal: add a probe, set passive: true, or set sensing: Disabled"
+	wantHeaderTwice  = "a header is named twice (names are compared without case); keep one"
+	wantHeaderValue  = "a header takes its value from value or from secretKeyRef, not both; remove one"
+	wantUpstreamName = "an Upstream's name must be a DNS label (lower-case letters, digits and '-', at most 63): rename it"
 )
+
+// upstream is a valid Upstream spec on the sample endpoint export with extra
+// fields appended.
+func upstream(extra string) string {
+	return "{capacity: {rate: 600, period: 1m}, endpoints: [export]" + extra + "}"
+}
+
+// probe is a valid Upstream spec with a probe of extra fields besides its url.
+func probe(extra string) string {
+	return upstream(", probe: {url: 'https://api.example.com/v1/models'" + extra + "}")
+}
 
 // plane is a valid QuotaPlane spec with extra fields appended.
 func plane(extra string) string {
@@ -160,6 +180,38 @@ var admissionCases = []admissionCase{
 	{name: "key hash too short", kind: "TenantQuota", spec: "{tenant: acme, keyHashes: ['sha256:abc']}", field: "spec.keyHashes[0]", want: "should match"},
 	{name: "key hash listed twice", kind: "TenantQuota", spec: "{tenant: acme, keyHashes: [" + keyHash + ", " + keyHash + "]}", field: "spec.keyHashes[1]", want: wantDuplicate},
 
+	// Upstream (seed 004) and the priority signals. That an Upstream's
+	// endpoints are the plane's, and that it is one of at most 16, is
+	// checked across objects, by Compile only.
+	{name: "probe timeout equal to interval", kind: "Upstream", spec: probe(", interval: 5s, timeout: 5s"), field: "spec.probe.timeout", want: wantTimeout},
+	{name: "probe timeout above interval", kind: "Upstream", spec: probe(", interval: 10s, timeout: 1m"), field: "spec.probe.timeout", want: wantTimeout},
+	{name: "probe default timeout above a short interval", kind: "Upstream", spec: probe(", interval: 2s"), field: "spec.probe.timeout", want: wantTimeout},
+	{name: "probe url without a scheme", kind: "Upstream", spec: upstream(", probe: {url: api.example.com/v1/models}"), field: "spec.probe.url", want: wantProbeURL},
+	{name: "probe url of another scheme", kind: "Upstream", spec: upstream(", probe: {url: 'ftp://api.example.com/models'}"), field: "spec.probe.url", want: wantProbeURL},
+	{name: "probe url without a host", kind: "Upstream", spec: upstream(", probe: {url: 'https:///v1/models'}"), field: "spec.probe.url", want: wantProbeURL},
+	{name: "probe interval below 1s", kind: "Upstream", spec: probe(", interval: 500ms, timeout: 100ms"), field: "spec.probe.interval", want: "interval is out of range; use a duration from 1s to 10m (default 15s)"},
+	{name: "probe body with GET", kind: "Upstream", spec: probe(", body: '{}'"), field: "spec.probe.body", want: wantBody},
+	{name: "probe method unknown", kind: "Upstream", spec: probe(", method: PUT"), field: "spec.probe.method", want: `supported values: "GET", "POST", "HEAD"`},
+	{name: "probe header named twice without case", kind: "Upstream", spec: probe(", headers: [{name: X-Key, value: a}, {name: x-key, value: b}]"), field: "spec.probe.headers", want: wantHeaderTwice},
+	{name: "probe header with a value and a Secret", kind: "Upstream", spec: probe(", headers: [{name: X-Key, value: a, secretKeyRef: {name: s, key: k}}]"), field: "spec.probe.headers[0]", want: wantHeaderValue},
+	{name: "probe header value with a newline", kind: "Upstream", spec: probe(", headers: [{name: X-Key, value: \"a\\r\\nHost: evil\"}]"), field: "spec.probe.headers[0].value", want: "should match"},
+	{name: "probe expected status 600", kind: "Upstream", spec: probe(", expectedStatuses: [200, 600]"), field: "spec.probe.expectedStatuses[1]", want: "should be less than or equal to 599"},
+	{name: "upstream endpoint listed twice", kind: "Upstream", spec: "{capacity: {rate: 600}, endpoints: [export, read, export]}", field: "spec.endpoints[2]", want: wantDuplicate},
+	{name: "upstream without endpoints", kind: "Upstream", spec: "{capacity: {rate: 600}, endpoints: []}", field: "spec.endpoints", want: "should have at least 1 items"},
+	{name: "upstream endpoint not an endpoint name", kind: "Upstream", spec: "{capacity: {rate: 600}, endpoints: [a/b]}", field: "spec.endpoints[0]", want: "should match"},
+	{name: "upstream capacity rate 0", kind: "Upstream", spec: "{capacity: {rate: 0}, endpoints: [export]}", field: "spec.capacity.rate", want: "should be greater than or equal to 1"},
+	{name: "upstream capacity period above 24h", kind: "Upstream", spec: "{capacity: {rate: 1, period: 25h}, endpoints: [export]}", field: "spec.capacity.period", want: "period is out of range; use a duration from 1s to 24h"},
+	{name: "upstream window below 1m", kind: "Upstream", spec: upstream(", window: 30s"), field: "spec.window", want: "window is out of range; use a duration from 1m to 1h (default 5m)"},
+	{name: "upstream latencyCeiling above 10m", kind: "Upstream", spec: upstream(", latencyCeiling: 11m"), field: "spec.latencyCeiling", want: "latencyCeiling is out of range"},
+	{name: "upstream without a signal", kind: "Upstream", spec: upstream(", passive: false"), field: "spec", want: wantSignal},
+	{name: "upstream sensing On", kind: "Upstream", spec: upstream(", sensing: 'On'"), field: "spec.sensing", want: `supported values: "Enabled", "Disabled"`},
+	{name: "upstream quotaSignal unknown", kind: "Upstream", spec: upstream(", quotaSignal: Used"), field: "spec.quotaSignal", want: `supported values: "Remaining", "Limit"`},
+	{name: "importance 101", kind: "TenantQuota", spec: "{tenant: acme, priority: {importance: 101}}", field: "spec.priority.importance", want: "should be less than or equal to 100"},
+	{name: "contractValue negative", kind: "TenantQuota", spec: "{tenant: acme, priority: {contractValue: -1}}", field: "spec.priority.contractValue", want: "should be greater than or equal to 0"},
+	{name: "priorityBase 101", kind: "QuotaPlane", spec: "{global: {rate: 1000}, tiers: [{name: gold, priorityBase: 101}]}", field: "spec.tiers[0].priorityBase", want: "should be less than or equal to 100"},
+	{name: "outage webhook url without a scheme", kind: "QuotaPlane", spec: plane(", outage: {webhook: {url: hooks.example.com}}"), field: "spec.outage.webhook.url", want: wantWebhookURL},
+	{name: "outage webhook secret key with a slash", kind: "QuotaPlane", spec: plane(", outage: {webhook: {url: 'https://hooks.example.com', secretRef: {name: hooks, key: a/b}}}"), field: "spec.outage.webhook.secretRef.key", want: "should match"},
+
 	// Accepted: the edges of every rule above, and what Compile allows that
 	// a stricter schema might forbid.
 	{name: "tokenBucket burst below rate", kind: "EndpointQuota", spec: limit("{rate: 1000, burst: 10}")},
@@ -189,6 +241,19 @@ var admissionCases = []admissionCase{
 	{name: "keys bound and descriptors mapped", kind: "QuotaPlane", spec: plane(", keyBinding: bound, descriptors: {tenant: [x-tenant, tenant], endpoint: [generic_key], apiKey: ['key:1']}")},
 	{name: "matches of every type", kind: "EndpointQuota", spec: "{endpoint: probe, match: [{path: {type: Exact, value: /v1/probe}, methods: [GET, HEAD]}, {path: {type: Pattern, value: '/v1/models/*/probe/'}}, {path: {value: /}}]}"},
 	{name: "key hashes", kind: "TenantQuota", spec: "{tenant: acme, keyHashes: [" + keyHash + "]}"},
+	{name: "upstream with the defaults", kind: "Upstream", spec: "{capacity: {rate: 600}, endpoints: [export]}"},
+	{name: "upstream with every field", kind: "Upstream", spec: upstream(", passive: true, window: 1h, latencyCeiling: 10ms, quotaSignal: Limit, sensing: Enabled, probe: {" +
+		"url: 'http://10.0.0.7:8080/v1/models?probe=1', method: POST, body: '{\"model\": \"m\"}', interval: 10m, timeout: 9m59s, expectedStatuses: [200, 204, 429], " +
+		"headers: [{name: Authorization, secretKeyRef: {name: llm, key: token}}, {name: X-Probe, value: \"1\\t2\"}, {name: X-Empty}], " +
+		"rateLimitHeaders: {remaining: x-left, limit: x-limit, ietf: true}}")},
+	{name: "upstream probe interval 1s with timeout just under", kind: "Upstream", spec: probe(", interval: 1s, timeout: 999ms")},
+	{name: "upstream sensing Disabled without a signal", kind: "Upstream", spec: upstream(", passive: false, sensing: Disabled")},
+	{name: "upstream on three endpoints, capacity per day", kind: "Upstream", spec: "{capacity: {rate: 1000000000, period: 24h}, endpoints: [export, read, write]}"},
+	{name: "priority signals", kind: "TenantQuota", spec: "{tenant: acme, priority: {contractValue: 1000000000000, realtime: true, importance: 100}}"},
+	{name: "priority signals at zero", kind: "TenantQuota", spec: "{tenant: acme, priority: {contractValue: 0, realtime: false, importance: 0}}"},
+	{name: "priorityBase 0 and 100", kind: "QuotaPlane", spec: "{global: {rate: 1000}, tiers: [{name: gold, weight: 2, priorityBase: 100}, {name: free, priorityBase: 0}]}"},
+	{name: "outage webhook", kind: "QuotaPlane", spec: plane(", outage: {webhook: {url: 'https://hooks.example.com/quotaplane', secretRef: {name: hooks, key: hmac.key}}}")},
+	{name: "outage webhook over http, unsigned", kind: "QuotaPlane", spec: plane(", outage: {webhook: {url: 'http://notifier.quota.svc:8080/'}}")},
 }
 
 // keyHash is a valid api key hash (of "k").
@@ -220,6 +285,27 @@ func TestCRDValidation(t *testing.T) {
 		}
 	})
 
+	t.Run("the sample upstream is accepted", func(t *testing.T) {
+		// config/samples/upstream, beside the sample plane until the manager
+		// reconciles Upstreams.
+		dir := filepath.Join(testenv.Root(), "config", "samples", "upstream")
+		ups, err := policy.ReadDir(dir)
+		if err != nil || len(ups) == 0 {
+			t.Fatalf("read %s: %d objects, %v", dir, len(ups), err)
+		}
+		ns := namespace(t, env.Client, "samples-upstream")
+		for _, doc := range sampleDocumentsIn(t, dir) {
+			obj := unstructuredObject(t, doc)
+			obj.SetNamespace(ns)
+			if err := env.Client.Create(t.Context(), obj); err != nil {
+				t.Errorf("create sample %s %s: %v", obj.GetKind(), obj.GetName(), err)
+			}
+		}
+		if _, problems := policy.Compile(append(slices.Clone(samples), ups...)); len(problems) > 0 {
+			t.Errorf("the samples with %s do not compile: %v", dir, problems)
+		}
+	})
+
 	ns := namespace(t, env.Client, "cases")
 	seen := map[string]bool{}
 	for i, c := range admissionCases {
@@ -230,6 +316,18 @@ func TestCRDValidation(t *testing.T) {
 		name := fmt.Sprintf("case-%02d", i)
 		doc := fmt.Sprintf("apiVersion: quotaplane.io/v1alpha1\nkind: %s\nmetadata:\n  name: %s\nspec: %s\n", c.kind, name, c.spec)
 		t.Run(c.name, func(t *testing.T) {
+			checkAdmission(t, env.Client, ns, doc, c)
+			checkCompile(t, samples, doc, c)
+		})
+	}
+
+	// An Upstream's name is the plan's, the metrics' and X-Quota-Reason's:
+	// a DNS label, which a DNS subdomain (what the API server allows any
+	// name) need not be.
+	for name, want := range map[string]string{"llm.v1": wantUpstreamName, strings.Repeat("u", 64): wantUpstreamName, "llm-v1": ""} {
+		t.Run("upstream named "+name, func(t *testing.T) {
+			c := admissionCase{name: "upstream named " + name, kind: "Upstream", spec: upstream(""), field: "<nil>", want: want}
+			doc := fmt.Sprintf("apiVersion: quotaplane.io/v1alpha1\nkind: Upstream\nmetadata:\n  name: %s\nspec: %s\n", name, c.spec)
 			checkAdmission(t, env.Client, ns, doc, c)
 			checkCompile(t, samples, doc, c)
 		})
@@ -325,9 +423,16 @@ func unstructuredObject(t *testing.T, doc []byte) *unstructured.Unstructured {
 // those that hold only comments.
 func sampleDocuments(t *testing.T) [][]byte {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(testenv.Root(), "config", "samples", "*.yaml"))
+	return sampleDocumentsIn(t, filepath.Join(testenv.Root(), "config", "samples"))
+}
+
+// sampleDocumentsIn reads the YAML documents of the *.yaml files in dir,
+// skipping those that hold only comments.
+func sampleDocumentsIn(t *testing.T, dir string) [][]byte {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no YAML files in config/samples (%v)", err)
+		t.Fatalf("no YAML files in %s (%v)", dir, err)
 	}
 	var docs [][]byte
 	for _, file := range files {

@@ -86,6 +86,7 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 		tenants   []*v1alpha1.TenantQuota
 		endpoints []*v1alpha1.EndpointQuota
 		pools     []*v1alpha1.BurstPool
+		upstreams []*v1alpha1.Upstream
 		secrets   = map[string]*corev1.Secret{} // by namespace/name
 	)
 	// Two objects with the same kind, namespace and name cannot both be
@@ -117,10 +118,12 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 			endpoints = append(endpoints, o)
 		case *v1alpha1.BurstPool:
 			pools = append(pools, o)
+		case *v1alpha1.Upstream:
+			upstreams = append(upstreams, o)
 		case *corev1.Secret:
 			secrets[o.Namespace+"/"+o.Name] = o // read only through a TenantQuota's keySecretRef
 		default:
-			list = append(list, Problem{Kind: fmt.Sprintf("%T", o), Message: "not a quotaplane.io/v1alpha1 kind; only QuotaPlane, TenantQuota, EndpointQuota and BurstPool belong to a plane (and the Secrets TenantQuotas name)"})
+			list = append(list, Problem{Kind: fmt.Sprintf("%T", o), Message: "not a quotaplane.io/v1alpha1 kind; only QuotaPlane, TenantQuota, EndpointQuota, BurstPool and Upstream belong to a plane (and the Secrets TenantQuotas name)"})
 		}
 	}
 	byName := func(a, b metav1.Object) int {
@@ -254,6 +257,10 @@ func Compile(objs []runtime.Object) (*Policy, []Problem) {
 		newProblems(&list, "QuotaPlane", plane).add("", "internal error compiling the plane: %v", err)
 		return nil, sortProblems(list)
 	}
+	// Upstreams are checked against the policy, not compiled into it
+	// (CompileUpstreams): a problem is reported, the policy is the same.
+	_, upstreamProblems := CompileUpstreams(p, upstreams)
+	list = append(list, upstreamProblems...)
 	return p, sortProblems(list)
 }
 
@@ -335,12 +342,25 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 			l := compileLimit(*t.Key, field+".key", ps)
 			tier.Key = &l
 		}
+		if b := t.PriorityBase; b != nil {
+			if *b < 0 || *b > MaxPriorityPercent {
+				ps.add(field+".priorityBase", "priorityBase %d is out of range; use 0 to %d (percent), or leave it unset for the default by rank", *b, MaxPriorityPercent)
+			}
+			base := *b
+			tier.PriorityBase = &base
+		}
 		spec.Tiers = append(spec.Tiers, tier)
 	}
 	if floors > 100 {
 		ps.add("spec.tiers", "tier floors add up to %d%%; they must add up to at most 100%% of the global limit: lower some floorPercent", floors)
 	}
 	slices.SortFunc(spec.Tiers, func(a, b Tier) int { return cmp.Or(cmp.Compare(b.Weight, a.Weight), cmp.Compare(a.Name, b.Name)) })
+	for i := range spec.Tiers {
+		// A base equal to its rank's default is the default: the canonical form.
+		if b := spec.Tiers[i].PriorityBase; b != nil && *b == DefaultPriorityBase(i, len(spec.Tiers)) {
+			spec.Tiers[i].PriorityBase = nil
+		}
+	}
 	switch {
 	case s.DefaultTier != "":
 		if !seen[s.DefaultTier] {
@@ -349,6 +369,12 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 		spec.DefaultTier = s.DefaultTier
 	case len(spec.Tiers) > 0:
 		spec.DefaultTier = spec.Tiers[len(spec.Tiers)-1].Name // the least protected tier
+	}
+
+	if o := s.Outage; o != nil && o.Webhook != nil {
+		// Read by the leader from the QuotaPlane itself, not compiled: the
+		// enforcers never post notices.
+		checkWebhook(o.Webhook, ps)
 	}
 
 	e := s.Enforcer
@@ -585,6 +611,17 @@ func compileTenant(tq *v1alpha1.TenantQuota, defaultTier string, planeShards int
 	}
 	if s.Hard != nil {
 		t.Hard = *s.Hard
+	}
+	if pr := s.Priority; pr != nil {
+		if pr.ContractValue < 0 || pr.ContractValue > MaxContractValue {
+			ps.add("spec.priority.contractValue", "contractValue %d is out of range; use 0 to %d (USD a year)", pr.ContractValue, int64(MaxContractValue))
+		}
+		if pr.Importance < 0 || pr.Importance > MaxPriorityPercent {
+			ps.add("spec.priority.importance", "importance %d is out of range; use 0 to %d (percent)", pr.Importance, MaxPriorityPercent)
+		}
+		if c := (Priority{ContractValue: pr.ContractValue, Realtime: pr.Realtime, Importance: pr.Importance}); c != (Priority{}) {
+			t.Priority = &c
+		}
 	}
 	if s.Shards != nil {
 		if t.Shards = int64(*s.Shards); t.Shards < 1 || t.Shards > planeShards {

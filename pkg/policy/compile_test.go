@@ -486,7 +486,7 @@ func TestObjectProblemsLeaveTheObjectOut(t *testing.T) {
 		{
 			name: "an object of another kind",
 			objs: good(&metav1.Status{}),
-			want: []wantProblem{{Kind: "*v1.Status", Words: []string{"not a quotaplane.io/v1alpha1 kind", "only QuotaPlane, TenantQuota, EndpointQuota and BurstPool belong to a plane"}}},
+			want: []wantProblem{{Kind: "*v1.Status", Words: []string{"not a quotaplane.io/v1alpha1 kind", "only QuotaPlane, TenantQuota, EndpointQuota, BurstPool and Upstream belong to a plane"}}},
 		},
 	}
 	for _, tt := range tests {

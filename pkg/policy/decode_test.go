@@ -180,6 +180,12 @@ func TestDecodeRejectsSpecsThatBreakInvariants(t *testing.T) {
 		{"pool ceiling above size", func(s *policy.Spec) { s.BurstPool.PerTenantCeiling = s.BurstPool.Size + 1 }, "burst pool"},
 		{"pool size zero", func(s *policy.Spec) { s.BurstPool.Size = 0 }, "burst pool"},
 		{"pool negative refill", func(s *policy.Spec) { s.BurstPool.RefillRate = -1 }, "burst pool"},
+		{"tier priorityBase above 100", func(s *policy.Spec) { s.Tiers[1].PriorityBase = ptr[int64](101) }, "tier silver: priorityBase 101 out of range"},
+		{"tier priorityBase negative", func(s *policy.Spec) { s.Tiers[1].PriorityBase = ptr[int64](-1) }, "tier silver: priorityBase -1 out of range"},
+		{"tier priorityBase spelling out its rank's default", func(s *policy.Spec) { s.Tiers[1].PriorityBase = ptr[int64](40) }, "or its rank's default"},
+		{"tenant priority empty", func(s *policy.Spec) { s.Tenants[2].Priority = &policy.Priority{} }, "priority {ContractValue:0 Realtime:false Importance:0} empty"},
+		{"tenant importance above 100", func(s *policy.Spec) { s.Tenants[2].Priority = &policy.Priority{Importance: 101} }, "out of range"},
+		{"tenant contract value negative", func(s *policy.Spec) { s.Tenants[2].Priority = &policy.Priority{ContractValue: -1} }, "out of range"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -281,6 +281,18 @@ func TestChangingOneFieldChangesTheHash(t *testing.T) {
 		{"tenant added", func(t *testing.T, objs []runtime.Object) []runtime.Object {
 			return append(objs, newTenant("tq-new", "newcomer", "silver"))
 		}},
+		{"tenant priority importance", func(t *testing.T, objs []runtime.Object) []runtime.Object {
+			pick[*v1alpha1.TenantQuota](t, objs, "tq-02").Spec.Priority = &v1alpha1.TenantPriority{Importance: 1}
+			return objs
+		}},
+		{"tenant priority realtime", func(t *testing.T, objs []runtime.Object) []runtime.Object {
+			pick[*v1alpha1.TenantQuota](t, objs, "tq-02").Spec.Priority = &v1alpha1.TenantPriority{Realtime: true}
+			return objs
+		}},
+		{"tier priority base", func(t *testing.T, objs []runtime.Object) []runtime.Object {
+			pick[*v1alpha1.QuotaPlane](t, objs, "main").Spec.Tiers[1].PriorityBase = ptr[int64](41)
+			return objs
+		}},
 	}
 	seen := map[string]string{base: "base"}
 	for _, tt := range tests {

@@ -19,4 +19,10 @@
 // Redis scripts share. Every limit satisfies burst × period(µs) ≤ 2^53, so a
 // bucket's scaled level (tokens × period in µs) is exact both in Go's int64 and
 // in Lua's float64.
+//
+// Upstreams (seed 004) are checked by Compile but are not part of the
+// policy: the leader compiles them with CompileUpstreams and publishes its
+// plan beside the policy (pkg/upstream). What the policy carries for seed
+// 004 is each tier's base score (Policy.PriorityBase, DefaultPriorityBase)
+// and each named tenant's priority signals (Tenant.Priority).
 package policy

@@ -183,8 +183,10 @@ func DecodeYAML(data []byte) ([]runtime.Object, error) {
 			obj = &v1alpha1.EndpointQuota{}
 		case "BurstPool":
 			obj = &v1alpha1.BurstPool{}
+		case "Upstream":
+			obj = &v1alpha1.Upstream{}
 		default:
-			return nil, fmt.Errorf("document %d: kind %q is not a quotaplane.io kind; use QuotaPlane, TenantQuota, EndpointQuota or BurstPool", doc, tm.Kind)
+			return nil, fmt.Errorf("document %d: kind %q is not a quotaplane.io kind; use QuotaPlane, TenantQuota, EndpointQuota, BurstPool or Upstream", doc, tm.Kind)
 		}
 		if err := yaml.UnmarshalStrict(raw, obj); err != nil {
 			return nil, fmt.Errorf("document %d (%s): %w", doc, tm.Kind, err)

@@ -199,7 +199,7 @@ func TestDecodeYAMLRejects(t *testing.T) {
 		{"an unserved version", strings.Replace(good, "v1alpha1", "v1beta1", 1),
 			[]string{`document 1: apiVersion "quotaplane.io/v1beta1" is not served; use quotaplane.io/v1alpha1`}},
 		{"an unknown kind of the group", strings.Replace(good, "TenantQuota", "RatePlan", 1),
-			[]string{`document 1: kind "RatePlan" is not a quotaplane.io kind`, "use QuotaPlane, TenantQuota, EndpointQuota or BurstPool"}},
+			[]string{`document 1: kind "RatePlan" is not a quotaplane.io kind`, "use QuotaPlane, TenantQuota, EndpointQuota, BurstPool or Upstream"}},
 		{"no name", "apiVersion: quotaplane.io/v1alpha1\nkind: TenantQuota\nmetadata: {namespace: a}\nspec: {tenant: t}\n",
 			[]string{"document 1 (TenantQuota): metadata.name is required"}},
 		{"a syntax error in the second document", good + "---\napiVersion: [\n", []string{"document 2"}},

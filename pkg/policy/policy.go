@@ -24,6 +24,7 @@ type Policy struct {
 	encoded []byte // canonical JSON of spec
 
 	tierIndex     map[string]int
+	priorityBase  []int64 // each tier's effective base score, percent, by index
 	endpointIndex map[string]int
 	tenantIndex   map[string]int
 	mayBorrowTier map[string]bool // nil when there is no pool
@@ -66,6 +67,20 @@ func (p *Policy) Tier(name string) (Tier, bool) {
 		return Tier{}, false
 	}
 	return p.spec.Tiers[i], true
+}
+
+// PriorityBase is the base score, 0 to 1, of the named tier in seed 004's
+// priority score: its priorityBase, or DefaultPriorityBase for its rank.
+// A name that is not a tier of the plane gets the default tier's, as
+// DefaultTenant gives such a tenant the default tier. A tenant the plane
+// does not name has no other signal: its score is its tier's base (and its
+// usage).
+func (p *Policy) PriorityBase(tier string) float64 {
+	i, ok := p.tierIndex[tier]
+	if !ok {
+		i = p.tierIndex[p.spec.DefaultTier]
+	}
+	return float64(p.priorityBase[i]) / 100
 }
 
 // Endpoints returns the plane's endpoints sorted by name; an endpoint's index
@@ -219,8 +234,13 @@ func newPolicy(spec Spec) (*Policy, error) {
 		endpointIndex: make(map[string]int, len(spec.Endpoints)),
 		tenantIndex:   make(map[string]int, len(spec.Tenants)),
 	}
+	p.priorityBase = make([]int64, len(spec.Tiers))
 	for i, t := range spec.Tiers {
 		p.tierIndex[t.Name] = i
+		p.priorityBase[i] = DefaultPriorityBase(i, len(spec.Tiers))
+		if t.PriorityBase != nil {
+			p.priorityBase[i] = *t.PriorityBase
+		}
 	}
 	p.endpointFold = make(map[string]int, len(spec.Endpoints))
 	for i, e := range spec.Endpoints {
@@ -281,6 +301,9 @@ func checkSpec(s *Spec) error {
 		}
 		if err := checkLimits([]*Limit{t.Tenant, t.Key}); err != nil {
 			return fmt.Errorf("tier %s: %w", t.Name, err)
+		}
+		if b := t.PriorityBase; b != nil && (*b < 0 || *b > MaxPriorityPercent || *b == DefaultPriorityBase(i, len(s.Tiers))) {
+			return fmt.Errorf("tier %s: priorityBase %d out of range [0, %d], or its rank's default (which is left unset)", t.Name, *b, MaxPriorityPercent)
 		}
 	}
 	if floors > 100 {
@@ -407,6 +430,9 @@ func checkSpec(s *Spec) error {
 		}
 		if !ValidName(t.Name) {
 			return fmt.Errorf("tenant name %q is not valid", t.Name)
+		}
+		if pr := t.Priority; pr != nil && (*pr == Priority{} || pr.ContractValue < 0 || pr.ContractValue > MaxContractValue || pr.Importance < 0 || pr.Importance > MaxPriorityPercent) {
+			return fmt.Errorf("tenant %s: priority %+v empty (which is left unset) or out of range", t.Name, *pr)
 		}
 		for _, k := range t.Keys {
 			if !ValidName(k.Key) {

@@ -111,6 +111,57 @@ type Tier struct {
 	Tenant       *Limit `json:"tenant,omitempty"`
 	Key          *Limit `json:"key,omitempty"`
 	Hard         bool   `json:"hard,omitempty"`
+	// PriorityBase is the tier's base score in seed 004's priority score,
+	// in percent, when the QuotaPlane sets one that differs from
+	// DefaultPriorityBase for the tier's rank; nil means that default (the
+	// canonical form, so a plane without priorityBase keeps its hash).
+	// Policy.PriorityBase gives the effective value.
+	PriorityBase *int64 `json:"priorityBase,omitempty"`
+}
+
+// Bounds and defaults of seed 004's priority score, in percent.
+const (
+	// MaxPriorityPercent bounds a tier's base score and a tenant's importance.
+	MaxPriorityPercent = 100
+	// FirstPriorityBase and LastPriorityBase are the default base scores of
+	// the first and the last tier in priority order (the seed's enterprise
+	// 0.7 and free 0.1).
+	FirstPriorityBase = 70
+	LastPriorityBase  = 10
+	// MaxContractValue bounds a tenant's annual contract value in USD.
+	MaxContractValue = 1_000_000_000_000
+)
+
+// DefaultPriorityBase is the base score, in percent, of the tier of rank
+// rank (0 first) in priority order (weight descending, then name) among
+// tiers tiers: FirstPriorityBase for the first, LastPriorityBase for the
+// last, evenly spaced between them and rounded to the nearest whole percent
+// (halves up). Four tiers get seed 004's 70, 50, 30 and 10; one tier 70.
+// This is the rule; pkg/upstream's scores take it through Policy.PriorityBase.
+func DefaultPriorityBase(rank, tiers int) int64 {
+	if tiers <= 1 || rank <= 0 {
+		return FirstPriorityBase
+	}
+	if rank >= tiers-1 {
+		return LastPriorityBase
+	}
+	steps := int64(tiers - 1)
+	scaled := FirstPriorityBase*steps - (FirstPriorityBase-LastPriorityBase)*int64(rank) // base × steps
+	return (2*scaled + steps) / (2 * steps)
+}
+
+// Priority are a named tenant's signals in seed 004's priority score
+// (TenantQuota spec.priority). A tenant without any has none (nil): the
+// canonical form, so a tenant without them keeps its hash.
+type Priority struct {
+	// ContractValue is the annual contract value in USD (the seed's
+	// arr_usd), 0 to MaxContractValue: 0.15·min(ContractValue/500000, 1).
+	ContractValue int64 `json:"contractValue,omitempty"`
+	// Realtime is the seed's is_realtime_workload: 0.10.
+	Realtime bool `json:"realtime,omitempty"`
+	// Importance is the seed's importance_weight in percent, 0 to 100:
+	// 0.10·Importance/100.
+	Importance int64 `json:"importance,omitempty"`
 }
 
 // TierLimit is a limit that applies to the tenants of one tier.
@@ -158,6 +209,9 @@ type Tenant struct {
 	// Shards splits the tenant's buckets over this many of the plane's
 	// shards; 0 or 1 does not split them.
 	Shards int64 `json:"shards,omitempty"`
+	// Priority are the tenant's signals in seed 004's priority score; nil
+	// when it has none, and for tenants the plane does not name.
+	Priority *Priority `json:"priority,omitempty"`
 	// Known is false for a tenant the plane does not name (see Policy.DefaultTenant).
 	Known bool `json:"-"`
 }

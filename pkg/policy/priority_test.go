@@ -1,0 +1,219 @@
+package policy_test
+
+import (
+	"bytes"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// The hashes of realisticObjects and of newPlane as compiled before seed
+// 004's fields existed. A plane that uses none of them must keep its hash,
+// or every plane would be republished (and refused by enforcers that do not
+// know the new fields) on the manager's upgrade. Change them only with a
+// change to the policy's encoding, deliberately.
+const (
+	realisticHashBefore004 = "19a3a1ffe1ee2bd4dcd45ea87cc2c9b60bd1e24d1a3a8095e1f1e2bd23133307"
+	planeHashBefore004     = "df4dfc063fb9394a5f32dddd83705eebd3b643bac84a276fdc62499a8dfd715e"
+)
+
+func TestPlanesWithoutPriorityKeepTheirHash(t *testing.T) {
+	if got := mustCompile(t, realisticObjects()...).Hash(); got != realisticHashBefore004 {
+		t.Errorf("realistic plane hash %s, want %s", got, realisticHashBefore004)
+	}
+	p := mustCompile(t, newPlane())
+	if p.Hash() != planeHashBefore004 {
+		t.Errorf("plane hash %s, want %s", p.Hash(), planeHashBefore004)
+	}
+	if bytes.Contains(p.EncodedSpec(), []byte("priority")) {
+		t.Errorf("a plane without priority fields encodes one: %s", p.EncodedSpec())
+	}
+	// The defaults spelt out, an empty priority and an Upstream are the same
+	// content.
+	objs := realisticObjects()
+	qp := pick[*v1alpha1.QuotaPlane](t, objs, "main")
+	for i, base := range []int64{70, 40, 10} { // gold, silver, bronze
+		qp.Spec.Tiers[i].PriorityBase = &base
+	}
+	pick[*v1alpha1.TenantQuota](t, objs, "tq-04").Spec.Priority = &v1alpha1.TenantPriority{}
+	objs = append(objs, newUpstream("llm", "read", "write"))
+	if got := mustCompile(t, objs...).Hash(); got != realisticHashBefore004 {
+		t.Errorf("with the defaults spelt out: hash %s, want %s", got, realisticHashBefore004)
+	}
+}
+
+func TestDefaultPriorityBase(t *testing.T) {
+	for _, tt := range []struct {
+		tiers int
+		want  []int64
+	}{
+		{1, []int64{70}},
+		{2, []int64{70, 10}},
+		{3, []int64{70, 40, 10}},
+		{4, []int64{70, 50, 30, 10}}, // seed 004's enterprise, business, starter, free
+		{5, []int64{70, 55, 40, 25, 10}},
+		{6, []int64{70, 58, 46, 34, 22, 10}},
+		{8, []int64{70, 61, 53, 44, 36, 27, 19, 10}},     // 61.43, 52.86, 44.29, 35.71, 27.14, 18.57
+		{9, []int64{70, 63, 55, 48, 40, 33, 25, 18, 10}}, // halves (62.5, 47.5, ...) round up
+	} {
+		got := make([]int64, tt.tiers)
+		for rank := range got {
+			got[rank] = policy.DefaultPriorityBase(rank, tt.tiers)
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%d tiers: %v, want %v", tt.tiers, got, tt.want)
+		}
+	}
+	// Every count a plane allows: 70 down to 10, the exact line rounded.
+	for n := 1; n <= policy.MaxTiers; n++ {
+		for rank := range n {
+			exact := 70.0
+			if n > 1 {
+				exact = 70 - 60*float64(rank)/float64(n-1)
+			}
+			if got := policy.DefaultPriorityBase(rank, n); math.Abs(float64(got)-exact) > 0.5 {
+				t.Errorf("rank %d of %d: %d, want %.2f rounded", rank, n, got, exact)
+			}
+		}
+	}
+	// Ranks out of range clamp to the ends.
+	if policy.DefaultPriorityBase(-1, 4) != 70 || policy.DefaultPriorityBase(9, 4) != 10 || policy.DefaultPriorityBase(0, 0) != 70 {
+		t.Error("out-of-range ranks do not clamp to 70 and 10")
+	}
+}
+
+func TestPriorityBaseByTier(t *testing.T) {
+	p := mustCompile(t, newPlane())
+	for tier, want := range map[string]float64{"gold": 0.7, "silver": 0.4, "bronze": 0.1, "platinum": 0.1} {
+		if got := p.PriorityBase(tier); math.Abs(got-want) > 1e-12 {
+			t.Errorf("PriorityBase(%s) = %v, want %v", tier, got, want)
+		}
+	}
+	// Overrides, one of them 0; the default tier silver serves unknown names.
+	p = mustCompile(t, newPlane(func(qp *v1alpha1.QuotaPlane) {
+		qp.Spec.Tiers[0].PriorityBase = ptr[int64](0)
+		qp.Spec.Tiers[1].PriorityBase = ptr[int64](55)
+		qp.Spec.DefaultTier = "silver"
+	}))
+	for tier, want := range map[string]float64{"gold": 0, "silver": 0.55, "bronze": 0.1, "platinum": 0.55} {
+		if got := p.PriorityBase(tier); math.Abs(got-want) > 1e-12 {
+			t.Errorf("with overrides: PriorityBase(%s) = %v, want %v", tier, got, want)
+		}
+	}
+	if gold, _ := p.Tier("gold"); gold.PriorityBase == nil || *gold.PriorityBase != 0 {
+		t.Errorf("gold's compiled priorityBase = %v, want 0", gold.PriorityBase)
+	}
+	if bronze, _ := p.Tier("bronze"); bronze.PriorityBase != nil {
+		t.Errorf("bronze's compiled priorityBase = %v, want nil (its rank's default)", *bronze.PriorityBase)
+	}
+	// The rank is the priority order, not the QuotaPlane's list order.
+	p = mustCompile(t, newPlane(func(qp *v1alpha1.QuotaPlane) {
+		qp.Spec.Tiers[0].Weight, qp.Spec.Tiers[2].Weight = 1, 8 // bronze first, gold last
+	}))
+	if p.PriorityBase("bronze") != 0.7 || p.PriorityBase("gold") != 0.1 {
+		t.Errorf("reweighted: bronze %v, gold %v; want 0.7 and 0.1", p.PriorityBase("bronze"), p.PriorityBase("gold"))
+	}
+	// Decode gives the same values.
+	q, err := policy.Decode(mustCompile(t, newPlane(func(qp *v1alpha1.QuotaPlane) {
+		qp.Spec.Tiers[1].PriorityBase = ptr[int64](55)
+	})).Encode())
+	if err != nil || q.PriorityBase("silver") != 0.55 || q.PriorityBase("gold") != 0.7 {
+		t.Errorf("decoded: %v, silver %v, gold %v", err, q.PriorityBase("silver"), q.PriorityBase("gold"))
+	}
+}
+
+func TestTenantPriorityCompiles(t *testing.T) {
+	p := mustCompile(t, newPlane(),
+		newTenant("whale", "whale", "gold", func(tq *v1alpha1.TenantQuota) {
+			tq.Spec.Priority = &v1alpha1.TenantPriority{ContractValue: 1_200_000, Realtime: true, Importance: 80}
+		}),
+		newTenant("batch", "batch", "silver", func(tq *v1alpha1.TenantQuota) {
+			tq.Spec.Priority = &v1alpha1.TenantPriority{Realtime: true}
+		}),
+		newTenant("empty", "empty", "silver", func(tq *v1alpha1.TenantQuota) {
+			tq.Spec.Priority = &v1alpha1.TenantPriority{}
+		}),
+		newTenant("plain", "plain", "bronze"),
+	)
+	for name, want := range map[string]*policy.Priority{
+		"whale": {ContractValue: 1_200_000, Realtime: true, Importance: 80},
+		"batch": {Realtime: true},
+		"empty": nil,
+		"plain": nil,
+	} {
+		got, _ := p.Tenant(name)
+		if !reflect.DeepEqual(got.Priority, want) {
+			t.Errorf("%s: priority %+v, want %+v", name, got.Priority, want)
+		}
+	}
+	if unknown, _ := p.DefaultTenant("stranger", ""); unknown.Priority != nil || p.PriorityBase(unknown.Tier) != 0.1 {
+		t.Errorf("an unknown tenant: priority %+v, base %v; want none and its tier's 0.1", unknown.Priority, p.PriorityBase(unknown.Tier))
+	}
+	// Carried through the encoding.
+	q, err := policy.Decode(p.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whale, _ := q.Tenant("whale"); whale.Priority == nil || *whale.Priority != (policy.Priority{ContractValue: 1_200_000, Realtime: true, Importance: 80}) {
+		t.Errorf("decoded whale priority %+v", whale.Priority)
+	}
+	if !strings.Contains(string(p.EncodedSpec()), `"priority":{"contractValue":1200000,"realtime":true,"importance":80}`) {
+		t.Errorf("encoded spec lacks whale's priority: %s", p.EncodedSpec())
+	}
+}
+
+func TestPriorityProblems(t *testing.T) {
+	tenant := func(pr v1alpha1.TenantPriority) *v1alpha1.TenantQuota {
+		return newTenant("t", "t", "gold", func(tq *v1alpha1.TenantQuota) { tq.Spec.Priority = &pr })
+	}
+	planeWithBase := func(base int64) *v1alpha1.QuotaPlane {
+		return newPlane(func(qp *v1alpha1.QuotaPlane) { qp.Spec.Tiers[1].PriorityBase = &base })
+	}
+	for _, tt := range []struct {
+		name        string
+		objs        []runtime.Object
+		kind, field string
+		words       string
+	}{
+		{"importance above 100", objects(newPlane(), tenant(v1alpha1.TenantPriority{Importance: 101})),
+			"TenantQuota", "spec.priority.importance", "importance 101 is out of range; use 0 to 100"},
+		{"importance negative", objects(newPlane(), tenant(v1alpha1.TenantPriority{Importance: -1})),
+			"TenantQuota", "spec.priority.importance", "out of range"},
+		{"contract value negative", objects(newPlane(), tenant(v1alpha1.TenantPriority{ContractValue: -5})),
+			"TenantQuota", "spec.priority.contractValue", "contractValue -5 is out of range"},
+		{"contract value above 10^12", objects(newPlane(), tenant(v1alpha1.TenantPriority{ContractValue: policy.MaxContractValue + 1})),
+			"TenantQuota", "spec.priority.contractValue", "out of range"},
+		{"tier priorityBase above 100", objects(planeWithBase(101)),
+			"QuotaPlane", "spec.tiers[1].priorityBase", "priorityBase 101 is out of range; use 0 to 100"},
+		{"tier priorityBase negative", objects(planeWithBase(-1)),
+			"QuotaPlane", "spec.tiers[1].priorityBase", "priorityBase -1 is out of range"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, problems := policy.Compile(tt.objs)
+			expectProblem(t, problems, tt.kind, tt.field, tt.words)
+			switch {
+			case tt.kind == "QuotaPlane" && p != nil:
+				t.Errorf("a plane with a bad priorityBase compiled (hash %s)", p.Hash())
+			case tt.kind == "TenantQuota" && (p == nil || len(p.Spec().Tenants) != 0):
+				t.Errorf("policy %v: want one without the tenant", p)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// expectProblem fails unless problems holds exactly one, of kind on field,
+// whose message contains words.
+func expectProblem(t *testing.T, problems []policy.Problem, kind, field, words string) {
+	t.Helper()
+	if len(problems) != 1 || problems[0].Kind != kind || problems[0].Field != field || !strings.Contains(problems[0].Message, words) {
+		t.Fatalf("problems:\n%swant one %s problem on %s with %q", problemList(problems), kind, field, words)
+	}
+}
