@@ -51,7 +51,7 @@ const (
 )
 
 // HTTPHeader is one header a probe sends.
-// +kubebuilder:validation:XValidation:rule="!has(self.value) || self.value == ” || !has(self.secretKeyRef)",message="a header takes its value from value or from secretKeyRef, not both; remove one"
+// +kubebuilder:validation:XValidation:rule="!has(self.value) || size(self.value) == 0 || !has(self.secretKeyRef)",message="a header takes its value from value or from secretKeyRef, not both; remove one"
 type HTTPHeader struct {
 	// name is the header's name, an HTTP token such as Authorization or
 	// X-Api-Key. Names are compared without case: each header once.
@@ -103,7 +103,7 @@ type RateLimitHeaders struct {
 // whose status, latency and rate-limit headers are samples of the
 // upstream's capacity confidence.
 // +kubebuilder:validation:XValidation:rule="(has(self.interval) && !self.interval.matches('^(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+$')) || (has(self.timeout) && !self.timeout.matches('^(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+$')) || (has(self.timeout) ? duration(self.timeout) : duration('5s')) < (has(self.interval) ? duration(self.interval) : duration('15s'))",fieldPath=".timeout",message="timeout must be shorter than interval (defaults 5s and 15s): a probe ends before the next starts; shorten timeout or lengthen interval"
-// +kubebuilder:validation:XValidation:rule="!has(self.body) || self.body == ” || (has(self.method) && self.method == 'POST')",fieldPath=".body",message="a body is sent only with method POST; set method: POST or remove body"
+// +kubebuilder:validation:XValidation:rule="!has(self.body) || size(self.body) == 0 || (has(self.method) && self.method == 'POST')",fieldPath=".body",message="a body is sent only with method POST; set method: POST or remove body"
 type UpstreamProbe struct {
 	// url is the probe's target, an absolute http or https URL with a host,
 	// such as https://api.openai.com/v1/models.
