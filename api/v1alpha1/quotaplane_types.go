@@ -179,9 +179,9 @@ type Tier struct {
 	// 004's priority score (see TenantQuota spec.priority), which classes
 	// the tier's tenants on a degraded Upstream. Default by the tier's rank
 	// in priority order (weight descending, then name), the rule
-	// policy.DefaultPriorityBase: from 70 for the first tier down to 10 for
-	// the last, evenly spaced and rounded to whole percent (four tiers: 70,
-	// 50, 30, 10, the seed's enterprise, business, starter, free; one tier:
+	// policy.DefaultPriorityBase: 70 for the first tier down to 10 for the
+	// last, evenly spaced, not rounded (four tiers: 70, 50, 30, 10, the
+	// seed's enterprise, business, starter, free; three: 70, 40, 10; one:
 	// 70).
 	// +optional
 	// +kubebuilder:validation:Minimum=0

@@ -357,7 +357,7 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 	slices.SortFunc(spec.Tiers, func(a, b Tier) int { return cmp.Or(cmp.Compare(b.Weight, a.Weight), cmp.Compare(a.Name, b.Name)) })
 	for i := range spec.Tiers {
 		// A base equal to its rank's default is the default: the canonical form.
-		if b := spec.Tiers[i].PriorityBase; b != nil && *b == DefaultPriorityBase(i, len(spec.Tiers)) {
+		if b := spec.Tiers[i].PriorityBase; b != nil && isDefaultPriorityBase(*b, i, len(spec.Tiers)) {
 			spec.Tiers[i].PriorityBase = nil
 		}
 	}

@@ -24,7 +24,7 @@ type Policy struct {
 	encoded []byte // canonical JSON of spec
 
 	tierIndex     map[string]int
-	priorityBase  []int64 // each tier's effective base score, percent, by index
+	priorityBase  []float64 // each tier's effective base score, 0 to 1, by index
 	endpointIndex map[string]int
 	tenantIndex   map[string]int
 	mayBorrowTier map[string]bool // nil when there is no pool
@@ -80,7 +80,7 @@ func (p *Policy) PriorityBase(tier string) float64 {
 	if !ok {
 		i = p.tierIndex[p.spec.DefaultTier]
 	}
-	return float64(p.priorityBase[i]) / 100
+	return p.priorityBase[i]
 }
 
 // Endpoints returns the plane's endpoints sorted by name; an endpoint's index
@@ -234,12 +234,12 @@ func newPolicy(spec Spec) (*Policy, error) {
 		endpointIndex: make(map[string]int, len(spec.Endpoints)),
 		tenantIndex:   make(map[string]int, len(spec.Tenants)),
 	}
-	p.priorityBase = make([]int64, len(spec.Tiers))
+	p.priorityBase = make([]float64, len(spec.Tiers))
 	for i, t := range spec.Tiers {
 		p.tierIndex[t.Name] = i
 		p.priorityBase[i] = DefaultPriorityBase(i, len(spec.Tiers))
 		if t.PriorityBase != nil {
-			p.priorityBase[i] = *t.PriorityBase
+			p.priorityBase[i] = float64(*t.PriorityBase) / 100
 		}
 	}
 	p.endpointFold = make(map[string]int, len(spec.Endpoints))
@@ -302,7 +302,7 @@ func checkSpec(s *Spec) error {
 		if err := checkLimits([]*Limit{t.Tenant, t.Key}); err != nil {
 			return fmt.Errorf("tier %s: %w", t.Name, err)
 		}
-		if b := t.PriorityBase; b != nil && (*b < 0 || *b > MaxPriorityPercent || *b == DefaultPriorityBase(i, len(s.Tiers))) {
+		if b := t.PriorityBase; b != nil && (*b < 0 || *b > MaxPriorityPercent || isDefaultPriorityBase(*b, i, len(s.Tiers))) {
 			return fmt.Errorf("tier %s: priorityBase %d out of range [0, %d], or its rank's default (which is left unset)", t.Name, *b, MaxPriorityPercent)
 		}
 	}

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -51,18 +52,16 @@ func TestPlanesWithoutPriorityKeepTheirHash(t *testing.T) {
 func TestDefaultPriorityBase(t *testing.T) {
 	for _, tt := range []struct {
 		tiers int
-		want  []int64
+		want  []float64 // the literals, to the bit
 	}{
-		{1, []int64{70}},
-		{2, []int64{70, 10}},
-		{3, []int64{70, 40, 10}},
-		{4, []int64{70, 50, 30, 10}}, // seed 004's enterprise, business, starter, free
-		{5, []int64{70, 55, 40, 25, 10}},
-		{6, []int64{70, 58, 46, 34, 22, 10}},
-		{8, []int64{70, 61, 53, 44, 36, 27, 19, 10}},     // 61.43, 52.86, 44.29, 35.71, 27.14, 18.57
-		{9, []int64{70, 63, 55, 48, 40, 33, 25, 18, 10}}, // halves (62.5, 47.5, ...) round up
+		{1, []float64{0.7}},
+		{2, []float64{0.7, 0.1}},
+		{3, []float64{0.7, 0.4, 0.1}},
+		{4, []float64{0.7, 0.5, 0.3, 0.1}}, // seed 004's enterprise, business, starter, free
+		{5, []float64{0.7, 0.55, 0.4, 0.25, 0.1}},
+		{7, []float64{0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1}},
 	} {
-		got := make([]int64, tt.tiers)
+		got := make([]float64, tt.tiers)
 		for rank := range got {
 			got[rank] = policy.DefaultPriorityBase(rank, tt.tiers)
 		}
@@ -70,21 +69,42 @@ func TestDefaultPriorityBase(t *testing.T) {
 			t.Errorf("%d tiers: %v, want %v", tt.tiers, got, tt.want)
 		}
 	}
-	// Every count a plane allows: 70 down to 10, the exact line rounded.
+	// Every count a plane allows: the line from 0.7 down to 0.1, decreasing.
 	for n := 1; n <= policy.MaxTiers; n++ {
+		prev := math.Inf(1)
 		for rank := range n {
-			exact := 70.0
+			exact := 0.7
 			if n > 1 {
-				exact = 70 - 60*float64(rank)/float64(n-1)
+				exact = 0.7 - 0.6*float64(rank)/float64(n-1)
 			}
-			if got := policy.DefaultPriorityBase(rank, n); math.Abs(float64(got)-exact) > 0.5 {
-				t.Errorf("rank %d of %d: %d, want %.2f rounded", rank, n, got, exact)
+			got := policy.DefaultPriorityBase(rank, n)
+			if math.Abs(got-exact) > 1e-12 || got >= prev {
+				t.Errorf("rank %d of %d: %v, want %v, below %v", rank, n, got, exact, prev)
 			}
+			prev = got
 		}
 	}
 	// Ranks out of range clamp to the ends.
-	if policy.DefaultPriorityBase(-1, 4) != 70 || policy.DefaultPriorityBase(9, 4) != 10 || policy.DefaultPriorityBase(0, 0) != 70 {
-		t.Error("out-of-range ranks do not clamp to 70 and 10")
+	if policy.DefaultPriorityBase(-1, 4) != 0.7 || policy.DefaultPriorityBase(9, 4) != 0.1 || policy.DefaultPriorityBase(0, 0) != 0.7 {
+		t.Error("out-of-range ranks do not clamp to 0.7 and 0.1")
+	}
+	// A priorityBase equal to its rank's default is the default (canonical:
+	// the same hash); one that is not, with 8 tiers (bases 0.7, 0.614...),
+	// is kept, though it rounds to the default's percent.
+	tiers := func(n int, base int64, at int) *v1alpha1.QuotaPlane {
+		return newPlane(func(qp *v1alpha1.QuotaPlane) {
+			qp.Spec.Tiers = nil
+			for i := range n {
+				qp.Spec.Tiers = append(qp.Spec.Tiers, v1alpha1.Tier{Name: fmt.Sprintf("t%d", i), Weight: int64(n - i)})
+			}
+			qp.Spec.Tiers[at].PriorityBase = &base
+		})
+	}
+	if a, b := mustCompile(t, tiers(5, 55, 1)), mustCompile(t, tiers(5, 0, 1)); a.Spec().Tiers[1].PriorityBase != nil || b.Spec().Tiers[1].PriorityBase == nil {
+		t.Errorf("5 tiers: 55 at rank 1 compiled to %v (want nil, the default), 0 to %v", a.Spec().Tiers[1].PriorityBase, b.Spec().Tiers[1].PriorityBase)
+	}
+	if p := mustCompile(t, tiers(8, 61, 1)); p.Spec().Tiers[1].PriorityBase == nil || p.PriorityBase("t1") != 0.61 {
+		t.Errorf("8 tiers: 61 at rank 1 (default 0.6143) compiled to %v, base %v; want kept", p.Spec().Tiers[1].PriorityBase, p.PriorityBase("t1"))
 	}
 }
 

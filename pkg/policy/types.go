@@ -112,42 +112,48 @@ type Tier struct {
 	Key          *Limit `json:"key,omitempty"`
 	Hard         bool   `json:"hard,omitempty"`
 	// PriorityBase is the tier's base score in seed 004's priority score,
-	// in percent, when the QuotaPlane sets one that differs from
+	// in percent, when the QuotaPlane sets one that is not
 	// DefaultPriorityBase for the tier's rank; nil means that default (the
 	// canonical form, so a plane without priorityBase keeps its hash).
-	// Policy.PriorityBase gives the effective value.
+	// Policy.PriorityBase gives the effective value, 0 to 1.
 	PriorityBase *int64 `json:"priorityBase,omitempty"`
 }
 
-// Bounds and defaults of seed 004's priority score, in percent.
+// Bounds of seed 004's priority signals.
 const (
-	// MaxPriorityPercent bounds a tier's base score and a tenant's importance.
+	// MaxPriorityPercent bounds a tier's base score and a tenant's
+	// importance, both in percent.
 	MaxPriorityPercent = 100
-	// FirstPriorityBase and LastPriorityBase are the default base scores of
-	// the first and the last tier in priority order (the seed's enterprise
-	// 0.7 and free 0.1).
-	FirstPriorityBase = 70
-	LastPriorityBase  = 10
 	// MaxContractValue bounds a tenant's annual contract value in USD.
 	MaxContractValue = 1_000_000_000_000
 )
 
-// DefaultPriorityBase is the base score, in percent, of the tier of rank
-// rank (0 first) in priority order (weight descending, then name) among
-// tiers tiers: FirstPriorityBase for the first, LastPriorityBase for the
-// last, evenly spaced between them and rounded to the nearest whole percent
-// (halves up). Four tiers get seed 004's 70, 50, 30 and 10; one tier 70.
-// This is the rule; pkg/upstream's scores take it through Policy.PriorityBase.
-func DefaultPriorityBase(rank, tiers int) int64 {
+// DefaultPriorityBase is the base score, 0 to 1, of the tier of rank rank
+// (0 first) in priority order (weight descending, then name) among tiers
+// tiers: 0.7 for the first, 0.1 for the last, evenly spaced between them,
+// not rounded. Four tiers get seed 004's 0.7, 0.5, 0.3 and 0.1 exactly
+// (its enterprise, business, starter and free), three 0.7, 0.4, 0.1, one
+// 0.7. A rank out of [0, tiers) is clamped into it. The arithmetic is
+// pkg/upstream's TierBase's, so the two agree to the bit.
+func DefaultPriorityBase(rank, tiers int) float64 {
 	if tiers <= 1 || rank <= 0 {
-		return FirstPriorityBase
+		return 0.7
 	}
-	if rank >= tiers-1 {
-		return LastPriorityBase
+	rank = min(rank, tiers-1)
+	// (7·(n−1) − 6·rank) / (10·(n−1)): one rounding.
+	n := float64(tiers - 1)
+	return (7*n - 6*float64(rank)) / (10 * n)
+}
+
+// isDefaultPriorityBase reports whether a base of percent is exactly
+// DefaultPriorityBase(rank, tiers), in integers.
+func isDefaultPriorityBase(percent int64, rank, tiers int) bool {
+	if tiers <= 1 || rank <= 0 {
+		return percent == 70
 	}
-	steps := int64(tiers - 1)
-	scaled := FirstPriorityBase*steps - (FirstPriorityBase-LastPriorityBase)*int64(rank) // base × steps
-	return (2*scaled + steps) / (2 * steps)
+	rank = min(rank, tiers-1)
+	n := int64(tiers - 1)
+	return percent*n == 10*(7*n-6*int64(rank)) // percent/100 == (7n − 6·rank)/(10n)
 }
 
 // Priority are a named tenant's signals in seed 004's priority score
