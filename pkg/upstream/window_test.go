@@ -130,8 +130,8 @@ func TestWindowReading(t *testing.T) {
 	s.Remaining, s.Limit = 400, 1000
 	w.Add(s)
 	w.Add(probe(t0.Add(time.Second), false, ms(10))) // no headers: keeps 400/1000
-	w.AddReading(t0.Add(2*time.Second), 900, 0)       // garbage: ignored
-	w.AddReading(t0.Add(3*time.Second), 1200, 1000)   // garbage: ignored
+	w.AddReading(t0.Add(2*time.Second), 900, 0)      // garbage: ignored
+	w.AddReading(t0.Add(3*time.Second), 1200, 1000)  // garbage: ignored
 	if r, l, ok := w.Reading(t0.Add(4 * time.Second)); !ok || r != 400 || l != 1000 {
 		t.Errorf("reading %d/%d %v, want 400/1000", r, l, ok)
 	}
