@@ -1,0 +1,457 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
+)
+
+// Leader runs the pipeline for one plane: it probes the plane's upstreams,
+// folds in the passive reports the enforcers forward, and every cycle
+// computes each upstream's confidence, phase and every tenant's class,
+// publishes the plan, and tells Observe. One leader runs per plane (the
+// manager's leader election); a leader that takes over restores the phases
+// and classes of the plan in Redis, so hysteresis survives the handover.
+type Leader struct {
+	// Plane is the plane's id, namespace/name.
+	Plane string
+	Redis redis.UniversalClient
+	// Load returns the plane's policy in force and its compiled upstreams
+	// (policy.CompileUpstreams).
+	Load func(ctx context.Context) (*policy.Policy, []policy.Upstream, error)
+	// Secret reads a probe header's value from a Secret; nil refuses such
+	// headers.
+	Secret func(ctx context.Context, ref policy.SecretKeyRef) (string, error)
+	// Observe is told each cycle's outcome; nil ignores it.
+	Observe func(*Cycle)
+	// Clock is time.Now when nil; Logger slog.Default.
+	Clock  func() time.Time
+	Logger *slog.Logger
+	// Tick is how often Run looks for due probes and cycles; 1 s when 0.
+	Tick time.Duration
+
+	mu       sync.Mutex // guards ups' windows' feeders and probe bookkeeping
+	ups      map[string]*sensed
+	next     time.Time // the next cycle
+	restored bool
+	probing  sync.WaitGroup
+}
+
+// sensed is one upstream's state in the leader.
+type sensed struct {
+	spec    policy.Upstream
+	window  *Window
+	phases  Phases
+	classes Classifier
+	prober  *Prober
+	// probes: when the next is due, the last one's time and failure.
+	nextProbe, lastProbe time.Time
+	lastFailure          string
+	headerProblem        string
+	inFlight             bool
+	// prior is the confidence of the plan a leader took over, published at
+	// priorAt: what the upstream is believed to be until the window has a
+	// sample of its own (an empty window would say healthy, and a leader
+	// restarted mid-outage would lift every class at once).
+	prior    float64
+	priorAt  time.Time
+	hasPrior bool
+}
+
+// Cycle is one cycle's outcome.
+type Cycle struct {
+	At       time.Time
+	Duration time.Duration
+	// Interval is the time to the next cycle: CycleInterval of the lowest
+	// confidence.
+	Interval  time.Duration
+	Plan      *Plan
+	Upstreams []UpstreamCycle
+	// Err is why the cycle did not publish (nil when it did).
+	Err error
+}
+
+// UpstreamCycle is one upstream's part of a cycle.
+type UpstreamCycle struct {
+	Spec  policy.Upstream
+	Terms Terms
+	Phase Phase
+	// Since is when the phase last changed; PhaseChanged says it did in
+	// this cycle.
+	Since        time.Time
+	PhaseChanged bool
+	// LastProbe and LastProbeError: the last probe's time and failure
+	// ("" when it succeeded); HeaderProblem why its rate-limit headers
+	// made no reading.
+	LastProbe                     time.Time
+	LastProbeError, HeaderProblem string
+	// Classes counts the named tenants per class; Changes are the tenants
+	// whose class changed in this cycle.
+	Classes [NumClasses]int
+	Changes []ClassChange
+}
+
+// ClassChange is one tenant's change of class on one upstream.
+type ClassChange struct {
+	Tenant   string
+	From, To Class
+	Score    float64
+}
+
+// tierKey is a tier's entry in a Classifier: tenant names have no spaces.
+func tierKey(tier string) string { return "tier " + tier }
+
+// Run probes and cycles until ctx ends.
+func (l *Leader) Run(ctx context.Context) error {
+	tick := l.Tick
+	if tick <= 0 {
+		tick = time.Second
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	defer l.probing.Wait()
+	for {
+		now := l.now()
+		if !now.Before(l.next) {
+			c := l.RunCycle(ctx)
+			l.next = c.At.Add(c.Interval)
+		}
+		l.probeDue(ctx, now)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (l *Leader) now() time.Time {
+	if l.Clock != nil {
+		return l.Clock()
+	}
+	return time.Now()
+}
+
+func (l *Leader) logger() *slog.Logger {
+	if l.Logger != nil {
+		return l.Logger
+	}
+	return slog.Default()
+}
+
+// probeDue starts the probes that are due, each in its own goroutine, so a
+// hanging target delays nothing but its own next probe.
+func (l *Leader) probeDue(ctx context.Context, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.ups {
+		if s.prober == nil || s.inFlight || now.Before(s.nextProbe) {
+			continue
+		}
+		s.inFlight = true
+		s.nextProbe = now.Add(s.spec.Probe.Interval)
+		prober := s.prober
+		l.probing.Go(func() {
+			res := prober.Probe(ctx)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			s.inFlight = false
+			if res.Canceled {
+				return
+			}
+			s.window.Add(res.Sample)
+			s.lastProbe, s.lastFailure, s.headerProblem = res.Sample.At, res.Failure, res.HeaderProblem
+		})
+	}
+}
+
+// RunCycle runs one cycle now: load the plane, fold in the passive reports
+// and the usage, compute confidence, phase and classes, publish the plan.
+// A plane that cannot be loaded publishes nothing: the last plan stays in
+// Redis until it expires (PlanTTL), and the enforcers keep it.
+func (l *Leader) RunCycle(ctx context.Context) *Cycle {
+	start := l.now()
+	c := &Cycle{At: start, Interval: CycleInterval(1)}
+	defer func() {
+		c.Duration = l.now().Sub(start)
+		if c.Err != nil {
+			l.logger().Warn("upstream cycle did not publish", "plane", l.Plane, "err", c.Err)
+		}
+		if l.Observe != nil {
+			l.Observe(c)
+		}
+	}()
+	p, specs, err := l.Load(ctx)
+	if err != nil {
+		c.Err = fmt.Errorf("load the plane: %w", err)
+		return c
+	}
+	if !l.restored {
+		l.restore(ctx)
+	}
+	if err := l.sync(ctx, specs); err != nil {
+		c.Err = err
+		return c
+	}
+	usage := l.usage(ctx, start)
+	plan := &Plan{Plane: l.Plane}
+	lowest := 1.0
+	for _, spec := range specs {
+		s := l.ups[spec.Name]
+		if spec.Passive {
+			l.drain(ctx, s, start)
+		}
+		uc, up := l.cycleUpstream(p, s, usage, start)
+		lowest = min(lowest, up.Confidence)
+		c.Upstreams = append(c.Upstreams, uc)
+		plan.Upstreams = append(plan.Upstreams, up)
+	}
+	c.Interval = CycleInterval(lowest)
+	plan.Interval = c.Interval
+	c.Plan = plan
+	if len(plan.Upstreams) == 0 {
+		return c // nothing to publish; an old plan expires on its own
+	}
+	if err := PublishPlan(ctx, l.Redis, plan); err != nil {
+		c.Err = err
+	}
+	return c
+}
+
+// cycleUpstream computes one upstream's confidence, phase and classes.
+func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]float64, now time.Time) (UpstreamCycle, UpstreamPlan) {
+	spec := &s.spec
+	params := ConfidenceParams{LatencyCeiling: spec.LatencyCeiling, NominalLimit: float64(spec.Capacity.Rate)}
+	if spec.QuotaSignal == policy.QuotaSignalLimit {
+		params.QuotaSignal = QuotaSignalLimit
+	}
+	l.mu.Lock()
+	st := s.window.Stats(now)
+	terms := Explain(st, now, params)
+	if st.Empty() && s.hasPrior {
+		// Seed 004's ledger: the last reading, less its staleness penalty.
+		stale := Staleness(now.Sub(s.priorAt))
+		terms = Terms{Staleness: stale, Confidence: max(0, s.prior-stale)}
+	} else if !st.Empty() {
+		s.hasPrior = false
+	}
+	uc := UpstreamCycle{Spec: *spec, LastProbe: s.lastProbe, LastProbeError: s.lastFailure, HeaderProblem: s.headerProblem}
+	l.mu.Unlock()
+	if !spec.Sensing {
+		terms = Terms{Confidence: 1} // static tiers: never leaves Healthy
+	}
+	uc.Terms = terms
+	conf := terms.Confidence
+	uc.Phase, uc.PhaseChanged = s.phases.Step(now, conf)
+	uc.Since = s.phases.Since()
+
+	capacity := spec.Capacity.PerSecond()
+	up := UpstreamPlan{Name: spec.Name, Endpoints: spec.Endpoints, Capacity: capacity, Confidence: conf, Phase: uc.Phase,
+		Tenants: make(map[string]TenantClass, len(p.Spec().Tenants)), Tiers: map[string]Class{}}
+	for _, t := range p.Spec().Tenants {
+		base := p.PriorityBase(t.Tier)
+		sig := Signals{Usage: usageRatio(usage[t.Name], t.Limit)}
+		if pr := t.Priority; pr != nil {
+			sig.ContractValue, sig.Realtime, sig.Importance = float64(pr.ContractValue), pr.Realtime, float64(pr.Importance)/100
+		}
+		score := Score(base, sig)
+		old, known := s.classes.Class(t.Name)
+		class, changed := s.classes.Step(t.Name, Band(score, conf, base))
+		if changed && known {
+			uc.Changes = append(uc.Changes, ClassChange{Tenant: t.Name, From: old, To: class, Score: score})
+		}
+		uc.Classes[class]++
+		up.Tenants[t.Name] = TenantClass{Class: class, Score: score}
+		if class == Critical {
+			up.Reserve += nominal(t.Limit, capacity)
+		}
+	}
+	for _, tier := range p.Spec().Tiers {
+		base := p.PriorityBase(tier.Name)
+		up.Tiers[tier.Name], _ = s.classes.Step(tierKey(tier.Name), Band(base, conf, base))
+	}
+	s.classes.EndCycle()
+	up.Reserve = min(up.Reserve, capacity)
+	return uc, up
+}
+
+// nominal is a tenant's nominal allocation on an upstream: its limit's
+// rate per second, or the whole capacity for a tenant without one.
+func nominal(l *policy.Limit, capacity float64) float64 {
+	if l == nil || l.Rate == 0 {
+		return capacity
+	}
+	return float64(l.Rate) / l.Period.Seconds()
+}
+
+// usageRatio is a tenant's usage over its allocation, seed 004's
+// current_usage_ratio: its admitted rate over its limit's rate, at most 1.
+func usageRatio(rate float64, l *policy.Limit) float64 {
+	if l == nil || l.Rate == 0 || rate <= 0 {
+		return 0
+	}
+	return min(rate/(float64(l.Rate)/l.Period.Seconds()), 1)
+}
+
+// restore takes the phases, classes and confidence of the plan in Redis,
+// once: a new leader goes on where the last one left off, believing the
+// last confidence (less its staleness) until it has readings of its own.
+func (l *Leader) restore(ctx context.Context) {
+	plan, err := ReadPlan(ctx, l.Redis, l.Plane)
+	if err != nil {
+		l.logger().Warn("upstream plan not restored; phases and classes start afresh", "plane", l.Plane, "err", err)
+		return
+	}
+	l.restored = true
+	if plan == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ups == nil {
+		l.ups = map[string]*sensed{}
+	}
+	for _, up := range plan.Upstreams {
+		at := time.UnixMilli(plan.PublishedMs)
+		s := &sensed{window: NewWindow(DefaultWindowSpan, DefaultWindowCap), prior: up.Confidence, priorAt: at, hasPrior: true}
+		s.phases.Restore(up.Phase, at)
+		for name, tc := range up.Tenants {
+			s.classes.Restore(name, tc.Class)
+		}
+		for name, c := range up.Tiers {
+			s.classes.Restore(tierKey(name), c)
+		}
+		l.ups[up.Name] = s
+	}
+	l.logger().Info("upstream plan restored", "plane", l.Plane, "seq", plan.Seq, "upstreams", len(plan.Upstreams))
+}
+
+// sync makes l.ups the upstreams of specs: new ones start Healthy, removed
+// ones are forgotten, changed ones keep their state under the new spec.
+func (l *Leader) sync(ctx context.Context, specs []policy.Upstream) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ups == nil {
+		l.ups = map[string]*sensed{}
+	}
+	keep := map[string]bool{}
+	for _, spec := range specs {
+		keep[spec.Name] = true
+		s := l.ups[spec.Name]
+		if s == nil {
+			s = &sensed{}
+			l.ups[spec.Name] = s
+		}
+		if s.window == nil || s.window.Span() != spec.Window {
+			s.window = NewWindow(spec.Window, DefaultWindowCap)
+		}
+		if !probeEqual(s.spec.Probe, spec.Probe) || s.prober == nil && spec.Probe != nil {
+			prober, err := l.prober(ctx, spec.Probe)
+			if err != nil {
+				s.lastFailure = err.Error()
+			}
+			s.prober, s.nextProbe = prober, time.Time{}
+		}
+		s.spec = spec
+	}
+	for name := range l.ups {
+		if !keep[name] {
+			delete(l.ups, name)
+		}
+	}
+	return nil
+}
+
+func probeEqual(a, b *policy.Probe) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// prober builds the prober of a probe spec, its secret headers read; nil
+// for no probe or one whose secret cannot be read (then the upstream is
+// sensed by its passive reports alone, and the error says why).
+func (l *Leader) prober(ctx context.Context, ps *policy.Probe) (*Prober, error) {
+	if ps == nil {
+		return nil, nil
+	}
+	h := http.Header{}
+	for _, hd := range ps.Headers {
+		v := hd.Value
+		if ref := hd.SecretRef; ref != nil {
+			if l.Secret == nil {
+				return nil, fmt.Errorf("probe header %s: no Secret reader", hd.Name)
+			}
+			var err error
+			if v, err = l.Secret(ctx, *ref); err != nil {
+				return nil, fmt.Errorf("probe header %s: %w", hd.Name, err)
+			}
+		}
+		h.Set(hd.Name, v)
+	}
+	var body []byte
+	if ps.Body != "" {
+		body = []byte(ps.Body)
+	}
+	return &Prober{Method: ps.Method, URL: ps.URL, Header: h, Body: body, Timeout: ps.Timeout, Expected: ps.ExpectedStatuses,
+		RateLimit: RateLimitHeaders{Remaining: ps.RemainingHeader, Limit: ps.LimitHeader, IETF: ps.IETF}, Clock: l.Clock}, nil
+}
+
+// drain folds the passive reports the enforcers forwarded since the last
+// cycle into s's window. Reports are dropped once read: one the window
+// cannot take (a bad record) is logged, not retried.
+func (l *Leader) drain(ctx context.Context, s *sensed, now time.Time) {
+	raw, err := l.Redis.LPopCount(ctx, ReportsKey(l.Plane, s.spec.Name), MaxReports).Result()
+	if err != nil && err != redis.Nil {
+		l.logger().Warn("upstream reports not read", "plane", l.Plane, "upstream", s.spec.Name, "err", err)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range raw {
+		var rep Report
+		if err := json.Unmarshal([]byte(r), &rep); err != nil {
+			l.logger().Warn("upstream report unreadable", "plane", l.Plane, "upstream", s.spec.Name, "err", err)
+			continue
+		}
+		at := time.UnixMilli(rep.AtMs)
+		if at.After(now) {
+			at = now // another host's clock ahead of this one's
+		}
+		s.window.AddReport(at, &rep)
+	}
+}
+
+// usage sums the live enforcers' usage reports: each named tenant's
+// admitted rate, tokens/s.
+func (l *Leader) usage(ctx context.Context, now time.Time) map[string]float64 {
+	raw, err := l.Redis.HGetAll(ctx, UsageKey(l.Plane)).Result()
+	if err != nil {
+		l.logger().Warn("upstream usage not read; usage ratios count as 0", "plane", l.Plane, "err", err)
+		return nil
+	}
+	sum := map[string]float64{}
+	for _, r := range raw {
+		var u Usage
+		if err := json.Unmarshal([]byte(r), &u); err != nil || now.Sub(time.UnixMilli(u.AtMs)) > 3*UsageInterval {
+			continue // unreadable, or a node gone
+		}
+		for tenant, rate := range u.Rates {
+			if rate > 0 {
+				sum[tenant] += rate
+			}
+		}
+	}
+	return sum
+}
