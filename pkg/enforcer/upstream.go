@@ -458,7 +458,7 @@ func (gu *gateUpstream) set(up *upstream.UpstreamPlan, fd classDemand, fresh boo
 			}
 		}
 	}
-	capacity := up.Capacity * gu.confidence
+	capacity := up.Now(gu.confidence)
 	upstream.Allocate(capacity, up.Reserve, fd.demand, gu.fractions, &gu.alloc, scratch)
 	for c := range gu.buckets {
 		gu.part[c] = upstream.Part(gu.demand[c], fd.demand[c], fd.nodes)

@@ -64,6 +64,37 @@ type sensed struct {
 	prior    float64
 	priorAt  time.Time
 	hasPrior bool
+	// recent are the last cycles' confidences, for ClassHold.
+	recent []heldConfidence
+}
+
+type heldConfidence struct {
+	at time.Time
+	c  float64
+}
+
+// ClassHold is how long the confidence tenants are classed by holds its
+// lowest value: the band takes the lowest confidence of the cycles of the
+// last ClassHold, so a flapping upstream keeps the classes of its troughs
+// and an upgrade (immediate, as seed 004 asks, once the band's input rises)
+// comes when the confidence has stayed up that long — the time the seed
+// asks of full recovery. Capacity and phases follow the confidence of the
+// cycle itself.
+const ClassHold = RecoverySustain
+
+// hold records c at now and returns the lowest confidence of the last
+// ClassHold.
+func (s *sensed) hold(now time.Time, c float64) float64 {
+	keep := s.recent[:0]
+	low := c
+	for _, h := range s.recent {
+		if now.Sub(h.at) < ClassHold {
+			keep = append(keep, h)
+			low = min(low, h.c)
+		}
+	}
+	s.recent = append(keep, heldConfidence{now, c})
+	return low
 }
 
 // Cycle is one cycle's outcome.
@@ -83,7 +114,10 @@ type Cycle struct {
 type UpstreamCycle struct {
 	Spec  policy.Upstream
 	Terms Terms
-	Phase Phase
+	// ClassConfidence is what tenants were classed by: the lowest
+	// confidence of the last ClassHold.
+	ClassConfidence float64
+	Phase           Phase
 	// Since is when the phase last changed; PhaseChanged says it did in
 	// this cycle.
 	Since        time.Time
@@ -252,10 +286,15 @@ func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]flo
 	conf := terms.Confidence
 	uc.Phase, uc.PhaseChanged = s.phases.Step(now, conf)
 	uc.Since = s.phases.Since()
+	classConf := s.hold(now, conf)
+	uc.ClassConfidence = classConf
 
 	capacity := spec.Capacity.PerSecond()
 	up := UpstreamPlan{Name: spec.Name, Endpoints: spec.Endpoints, Capacity: capacity, Confidence: conf, Phase: uc.Phase,
 		Tenants: make(map[string]TenantClass, len(p.Spec().Tenants)), Tiers: map[string]Class{}}
+	if st.Limit > 0 && spec.Sensing && params.QuotaSignal == QuotaSignalLimit {
+		up.Ceiling = float64(st.Limit) / spec.Capacity.Period.Seconds()
+	}
 	for _, t := range p.Spec().Tenants {
 		base := p.PriorityBase(t.Tier)
 		sig := Signals{Usage: usageRatio(usage[t.Name], t.Limit)}
@@ -264,7 +303,7 @@ func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]flo
 		}
 		score := Score(base, sig)
 		old, known := s.classes.Class(t.Name)
-		class, changed := s.classes.Step(t.Name, Band(score, conf, base))
+		class, changed := s.classes.Step(t.Name, Band(score, classConf, base))
 		if changed && known {
 			uc.Changes = append(uc.Changes, ClassChange{Tenant: t.Name, From: old, To: class, Score: score})
 		}
@@ -276,7 +315,7 @@ func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]flo
 	}
 	for _, tier := range p.Spec().Tiers {
 		base := p.PriorityBase(tier.Name)
-		up.Tiers[tier.Name], _ = s.classes.Step(tierKey(tier.Name), Band(base, conf, base))
+		up.Tiers[tier.Name], _ = s.classes.Step(tierKey(tier.Name), Band(base, classConf, base))
 	}
 	s.classes.EndCycle()
 	up.Reserve = min(up.Reserve, capacity)

@@ -149,3 +149,40 @@ func TestLeaderDegradesAndClasses(t *testing.T) {
 		t.Errorf("a new leader's first cycle: phase %s, changes %+v; want Phase1 kept and no changes", u.Phase, u.Changes)
 	}
 }
+
+// TestClassHoldKeepsTheTrough: the confidence tenants are classed by is the
+// lowest of the last ClassHold, so a flapping upstream's classes stay at
+// its troughs, and rise once it has stayed up that long.
+func TestClassHoldKeepsTheTrough(t *testing.T) {
+	var s sensed
+	t0 := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	for i, c := range []float64{0.4, 0.95, 0.4, 0.95, 0.95, 0.95, 0.95, 0.95} { // a cycle every 30 s
+		got := s.hold(t0.Add(time.Duration(i)*30*time.Second), c)
+		want := 0.4
+		if i >= 6 { // 0.4 last at 60 s: held until 180 s, 2 minutes later
+			want = 0.95
+		}
+		if got != want {
+			t.Errorf("cycle %d (confidence %.2f): classed at %.2f, want %.2f", i, c, got, want)
+		}
+	}
+	if len(s.recent) > 5 {
+		t.Errorf("holds %d confidences, want only the last 2 minutes'", len(s.recent))
+	}
+}
+
+// TestPlanNowCeiling: capacity now is capacity × confidence, at most the
+// provider's stated limit.
+func TestPlanNowCeiling(t *testing.T) {
+	u := UpstreamPlan{Capacity: 2000}
+	if got := u.Now(0.5); got != 1000 {
+		t.Errorf("no ceiling: %v, want 1000", got)
+	}
+	u.Ceiling = 800
+	if got := u.Now(0.5); got != 800 {
+		t.Errorf("ceiling 800: %v, want 800", got)
+	}
+	if got := u.Now(0.3); got != 600 {
+		t.Errorf("ceiling 800 at 0.3: %v, want 600", got)
+	}
+}

@@ -144,6 +144,16 @@ type Plan struct {
 	Upstreams []UpstreamPlan `json:"upstreams"`
 }
 
+// Now is the upstream's capacity at confidence: Capacity × confidence, at
+// most Ceiling when there is one (tokens per second).
+func (u *UpstreamPlan) Now(confidence float64) float64 {
+	c := u.Capacity * confidence
+	if u.Ceiling > 0 {
+		c = min(c, u.Ceiling)
+	}
+	return c
+}
+
 // UpstreamPlan is one upstream's part of a plan.
 type UpstreamPlan struct {
 	Name string `json:"name"`
@@ -151,8 +161,16 @@ type UpstreamPlan struct {
 	Endpoints []string `json:"endpoints"`
 	// Capacity is the nominal capacity in the plane's tokens per second.
 	Capacity float64 `json:"capacity"`
-	// Confidence is the capacity confidence, 0 to 1.
+	// Confidence is the capacity confidence, 0 to 1: capacity now is
+	// Capacity × Confidence, at most Ceiling.
 	Confidence float64 `json:"confidence"`
+	// Ceiling is the rate the provider itself now grants, tokens per
+	// second, from its limit header (quotaSignal Limit, the header read in
+	// the capacity's unit and period); 0 when it says none. Seed 004 has
+	// no such cap: its confidence is not a capacity (50 % errors, a 5 s
+	// p95 and a limit cut to 40 % give 0.37), so a provider that states
+	// its limit is not sent more than it.
+	Ceiling float64 `json:"ceiling,omitempty"`
 	Phase      Phase   `json:"phase"`
 	// Reserve is what critical tenants are reserved first: the sum of
 	// their nominal allocations (tokens per second), at most Capacity.
@@ -244,7 +262,7 @@ func (p *Plan) check() error {
 		switch {
 		case !policy.ValidTierName(u.Name):
 			return fmt.Errorf("upstream name %q is not valid", u.Name)
-		case !finite(u.Capacity) || u.Capacity < 0 || !finite(u.Reserve) || u.Reserve < 0:
+		case !finite(u.Capacity) || u.Capacity < 0 || !finite(u.Reserve) || u.Reserve < 0 || !finite(u.Ceiling) || u.Ceiling < 0:
 			return fmt.Errorf("upstream %s: capacity %v or reserve %v out of range", u.Name, u.Capacity, u.Reserve)
 		case !finite(u.Confidence) || u.Confidence < 0 || u.Confidence > 1:
 			return fmt.Errorf("upstream %s: confidence %v out of [0, 1]", u.Name, u.Confidence)
