@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,7 +116,11 @@ func resolve(objs []runtime.Object, prev inForceSet) *resolution {
 	}
 	for _, o := range objs {
 		m, ok := o.(client.Object)
-		if _, secret := o.(*corev1.Secret); !ok || secret {
+		if !ok || kindOf(o) == "" {
+			// Not a quota object: Secrets, read through a TenantQuota's
+			// keySecretRef, and Upstreams, which Compile checks but the
+			// policy does not hold (the upstream leaders compile them and
+			// own their status). Neither is held nor given an outcome.
 			r.rest = append(r.rest, o)
 			continue
 		}

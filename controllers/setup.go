@@ -3,8 +3,10 @@ package controllers
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,6 +42,9 @@ type Options struct {
 	// none of its objects changed, so that a Redis that lost its data gets
 	// the plane back. Default 10s.
 	Resync time.Duration
+	// Upstream tunes the upstream leaders (seed 004's pipeline, one per
+	// plane that has Upstreams); the zero value is the default.
+	Upstream UpstreamOptions
 }
 
 // maxRetryDelay bounds the backoff of a failing reconcile (controller-runtime's
@@ -62,7 +67,8 @@ func NewScheme() *runtime.Scheme {
 // EventSource names the manager in the Events it records.
 const EventSource = "quotaplane.io/manager"
 
-// Setup adds the compiler and the four status controllers to mgr.
+// Setup adds the compiler, the four status controllers and the upstream
+// leaders to mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Redis == nil {
 		return errors.New("controllers: no Redis client: the manager publishes policies to Redis")
@@ -79,7 +85,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if o.Resync <= 0 {
 		o.Resync = 10 * time.Second
 	}
+	if o.Upstream.Interval <= 0 {
+		o.Upstream.Interval = 2 * time.Second
+	}
 	metrics, err := newManagerMetrics(o.Registerer)
+	if err != nil {
+		return err
+	}
+	upstreamMetrics, err := newUpstreamMetrics(o.Registerer)
 	if err != nil {
 		return err
 	}
@@ -132,5 +145,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return err
 		}
 	}
-	return nil
+
+	// The upstream leaders: a runnable, which mgr.Add runs on the elected
+	// manager only (leader election is the default for a runnable).
+	return mgr.Add(&upstreamLeaders{client: c, reader: mgr.GetAPIReader(), stores: st, redis: o.Redis, recorder: recorder,
+		metrics: upstreamMetrics, logger: slog.New(logr.ToSlogHandler(mgr.GetLogger().WithName("upstream"))), opts: o.Upstream})
 }
