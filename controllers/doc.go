@@ -1,6 +1,7 @@
 // Package controllers is the quotaplane manager: it turns the quota objects of
 // each namespace into a versioned policy in the Redis policy store, reports
-// on every object whether it is in force, and scales the enforcer fleet.
+// on every object whether it is in force, scales the enforcer fleet, and
+// senses each plane's Upstreams (see Upstreams).
 //
 // # Shape
 //
@@ -119,6 +120,56 @@
 // warning, makes the unsafe fleet impossible to get by default; per-pod
 // limits remain possible without spec.enforcer (the manager then scales
 // nothing).
+//
+// # Upstreams
+//
+// Seed 004's pipeline (pkg/upstream) runs in the manager as a runnable
+// (upstream.go): every couple of seconds it lists the QuotaPlanes and
+// Upstreams from the cache and keeps one upstream.Leader running per
+// namespace that has a plane (its primary QuotaPlane, as above) and at
+// least one Upstream, each in its own goroutine. The Leader probes,
+// folds in the enforcers' passive reports, and each cycle (30 s, 10 s
+// below 0.5 confidence) computes every Upstream's confidence, phase and
+// every tenant's class and publishes the plan beside the policy, which the
+// enforcers apply. Its inputs are the policy in force in Redis, as the
+// compiler published it (not the objects in the cache, so an edit that is
+// held or rejected does not reach the classes either), and the namespace's
+// Upstreams compiled against it with policy.CompileUpstreams, the same
+// check Compile and `check` make. A probe header's secretKeyRef is read
+// with one get from the API server, never cached.
+//
+// Each cycle is told back (Leader.Observe):
+//
+//   - Each Upstream's status: confidence (two decimals), phase, since when
+//     (lastTransitionTime), the last probe's time and failure, the named
+//     tenants per class, observedGeneration, and Ready: True with reason
+//     Sensing (or SensingDisabled), or False with Invalid (it does not
+//     compile against the plane: an endpoint the plane lacks or another
+//     Upstream already claims, more than 16; the message says what to fix,
+//     and it is not sensed), NotSensed (the plane's policy cannot be read)
+//     or PublishFailed (Redis did not take the plan). It is patched only
+//     when it changed.
+//   - Events: ClassChanged on the TenantQuota of each tenant whose class
+//     changed (Normal up, Warning down: "class on upstream llm: high →
+//     medium (score 0.62, confidence 0.41, Phase1)"), at most 50 a cycle
+//     per plane; beyond that one ClassesChanged on the Upstream says how
+//     many changed. PhaseChanged on the Upstream when its phase changes
+//     (Warning on the way down, Normal on the way back).
+//   - The QuotaPlane's spec.outage.webhook, if any: one upstream.Notifier
+//     per plane posts each class change as a signed notice; it is built
+//     again when the URL or the secret changes (the secret is read each
+//     cycle), and sends nothing while its Secret cannot be read (a
+//     WebhookUnavailable Event on the QuotaPlane says why).
+//   - Metrics, quotaplane_manager_upstream_* (see metrics.go for why not
+//     the enforcers' quota_upstream_* names), dropped when the leader stops.
+//
+// A leader stops when its namespace loses its plane or its last Upstream,
+// and on shutdown, which waits for them. When the last Upstream of a plane
+// is deleted its plan is deleted with it, so the enforcers lift the gate
+// at once instead of when the plan expires; when the QuotaPlane is deleted
+// the plan is left to expire (PlanTTL), as its policy is left in force.
+// The Leader runs on the elected manager only; a manager that takes over
+// restores phases, classes and confidence from the plan in Redis.
 //
 // All controllers run only on the elected leader, so two managers never
 // publish or scale at the same time.
