@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -224,6 +226,61 @@ func TestUpstreamOutage(t *testing.T) {
 	eventually(t, 10*time.Second, "the plan is deleted and the series dropped", func() bool {
 		return readPlan(t, r, plane) == nil && metric(t, m.registry, "quotaplane_manager_upstream_phase", "namespace", ns, "upstream", "llm") == -1
 	})
+
+	t.Run("at most 50 class Events a cycle", func(t *testing.T) {
+		crowd := namespace(t, env, "crowd")
+		var tqs []runtime.Object
+		for i := range 60 {
+			name := fmt.Sprintf("t%02d", i)
+			tqs = append(tqs, &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: crowd, Name: name}, Spec: v1alpha1.TenantQuotaSpec{Tenant: name, Tier: "free"}})
+		}
+		create(t, env, tqs)
+		reg := prometheus.NewRegistry()
+		um, err := newUpstreamMetrics(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := &eventLog{}
+		up := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Namespace: crowd, Name: "llm"}}
+		pl := &planeLeader{u: &upstreamLeaders{client: env.Client, recorder: events, metrics: um, logger: slog.Default()},
+			ns: crowd, name: "main", id: crowd + "/main", ctx: ctx, objs: map[string]*v1alpha1.Upstream{"llm": up},
+			series: map[string]bool{}, phases: map[string]upstream.Phase{}}
+		uc := upstream.UpstreamCycle{Spec: policy.Upstream{Name: "llm"}, Phase: upstream.Phase1, Terms: upstream.Terms{Confidence: 0.41}}
+		for i := range 60 {
+			uc.Changes = append(uc.Changes, upstream.ClassChange{Tenant: fmt.Sprintf("t%02d", i), From: upstream.Low, To: upstream.Suspended, Score: 0.1})
+		}
+		pl.tell(&upstream.Cycle{Upstreams: []upstream.UpstreamCycle{uc}})
+		byReason := map[string][]string{}
+		for _, e := range events.events {
+			byReason[e.reason] = append(byReason[e.reason], e.kind+" "+e.regarding+": "+e.note)
+		}
+		if n := len(byReason[EventClassChanged]); n != maxClassEvents {
+			t.Errorf("%d ClassChanged Events for 60 changes; want %d", n, maxClassEvents)
+		}
+		if got, want := byReason[EventClassChanged][0], "Warning t00: class on upstream llm: low → suspended (score 0.10, confidence 0.41, Phase1)"; got != want {
+			t.Errorf("ClassChanged %q; want %q", got, want)
+		}
+		if s := byReason[EventClassesChanged]; len(s) != 1 || !strings.HasPrefix(s[0], "Warning llm: 60 tenants changed class on this upstream in this cycle (60 down, 0 up); 10 of them have no Event") {
+			t.Errorf("ClassesChanged %q; want one on llm summing up the 60", s)
+		}
+		if n := metric(t, reg, "quotaplane_manager_upstream_class_changes_total", "namespace", crowd, "from", "low", "to", "suspended"); n != 60 {
+			t.Errorf("class changes counted %v; want 60", n)
+		}
+	})
+}
+
+// eventLog is an events.EventRecorder that keeps what it is told.
+type eventLog struct {
+	mu     sync.Mutex
+	events []recordedEvent
+}
+
+type recordedEvent struct{ regarding, kind, reason, note string }
+
+func (l *eventLog) Eventf(regarding, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, recordedEvent{regarding.(client.Object).GetName(), eventtype, reason, fmt.Sprintf(note, args...)})
 }
 
 // TestUpstreamStatus: the status an Upstream is given, pure.
