@@ -334,6 +334,10 @@ func TestUpstreamStatus(t *testing.T) {
 	if ready = meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); ready.Reason != ReasonPublishFailed || ready.Status != metav1.ConditionFalse {
 		t.Errorf("publish failed: Ready %+v", ready)
 	}
+	// A long probe error is cut to what the CRD takes, at a rune.
+	if got := truncate("éééé", 6); got != "é..." {
+		t.Errorf("truncate cut a rune: %q", got)
+	}
 	// Listed after the cycle's load: nothing to write.
 	if _, ok := desiredUpstreamStatus(obj, nil, nil, nil, nil, 7); ok {
 		t.Error("an Upstream the cycle did not sense gets a status")
