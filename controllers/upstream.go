@@ -114,6 +114,9 @@ func (u *upstreamLeaders) NeedLeaderElection() bool { return true }
 func (u *upstreamLeaders) Start(ctx context.Context) error {
 	u.running = map[string]*planeLeader{}
 	defer func() {
+		for _, pl := range u.running {
+			pl.cancel() // all at once: each waits for its probes and cycle
+		}
 		for ns, pl := range u.running {
 			pl.stop()
 			delete(u.running, ns)
