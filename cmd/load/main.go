@@ -110,6 +110,9 @@ func run() error {
 		o           policy.Overrides
 		reconcileMs = flag.Int64("reconcile-ms", 0, "override the plane's reconcile interval, ms")
 		routing     = flag.String("routing", "round-robin", "how requests reach the nodes: "+strings.Join(load.Routings, ", "))
+		upstreamArg = flag.String("upstream", "", "experiment 9: play the gateway in front of the plane's Upstream of this name (from -policy), calling a fake upstream this process serves (-upstream-timeline) for every request admitted on its endpoints and reporting each call back (-target inproc)")
+		timeline    = flag.String("upstream-timeline", "", "the fake upstream's timeline, JSON (pkg/upstream/upstreamtest): [{\"at\": \"0s\", \"capacity\": 2000}, …]")
+		sense       = flag.Bool("sensing", true, "with -upstream: run seed 004's leader in this process (probes, cycles, the plan in Redis); false: static tiers, nothing gated")
 	)
 	flag.Uint64Var(&p.Seed, "seed", p.Seed, "seed: the same seed and flags offer the same requests")
 	flag.IntVar(&p.Tenants, "tenants", p.Tenants, "tenants")
@@ -147,6 +150,7 @@ func run() error {
 	var t load.Target
 	var orc *load.BucketOracle
 	var global *policy.Limit // the plane's, for an in-process target
+	var outage *outageRun    // -upstream
 	switch *target {
 	case "null":
 		t = load.Null{}
@@ -192,6 +196,17 @@ func run() error {
 			return err
 		}
 		t = fleet
+		if *upstreamArg != "" {
+			if rdb == nil || *virtual {
+				return errors.New("-upstream needs -redis-addr (the plan is in Redis) and real time")
+			}
+			ex, err := startOutage(ctx, *policyDir, pol, *upstreamArg, *timeline, *sense, rdb, fleet)
+			if err != nil {
+				return err
+			}
+			defer ex.stop()
+			t, outage = ex.gateway, ex
+		}
 	default:
 		return fmt.Errorf("-target %q: use inproc, http or null", *target)
 	}
@@ -223,6 +238,11 @@ func run() error {
 		}
 		if err := res.Plot(*out); err != nil {
 			return err
+		}
+		if outage != nil {
+			if err := outage.write(*out, load.Tiers); err != nil {
+				return err
+			}
 		}
 		fmt.Printf("wrote %s\n", *out)
 	}

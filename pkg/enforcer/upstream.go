@@ -79,8 +79,8 @@ type gateUpstream struct {
 	up      *upstream.UpstreamPlan
 	buckets [upstream.NumClasses]classBucket
 	reasons [upstream.NumClasses]string // a denial's reason, per class
-	// offered counts the tokens that reached the bucket per class since the
-	// last exchange; demand is its moving average, tokens/s.
+	// offered counts the class's demand since the last exchange (settle);
+	// demand is its moving average, tokens/s.
 	offered [upstream.NumClasses]int64
 	demand  [upstream.NumClasses]float64
 	// shown is what Status reports: allocation and node part per class.
@@ -169,11 +169,11 @@ func (gp *gatePlan) take(gu *gateUpstream, class upstream.Class, r *Request, now
 			Cost: cost, Upstream: gu.name, Class: upstream.Suspended.String(), Suspended: true}
 		return 0, false
 	}
-	gu.offered[class] += cost
 	ok, waitUs := gu.buckets[class].take(float64(cost), now)
 	if ok {
 		return cost, true
 	}
+	gu.offered[class] += cost // demand the class could not serve
 	gu.shed[1][class]++
 	retry := MaxRetryAfter
 	if waitUs >= 0 {
@@ -185,25 +185,25 @@ func (gp *gatePlan) take(gu *gateUpstream, class upstream.Class, r *Request, now
 }
 
 // settle finishes a gated decision: what take took goes back when the
-// levels did not admit the request (or it could not be decided).
+// levels did not admit the request (or it could not be decided), and
+// counts as the class's demand when they did. A class's demand is what
+// its tenants' own limits let through (and what the class bucket refused):
+// a whale far over its tenant limit claims its limit, not its offer.
 func (gu *gateUpstream) settle(class upstream.Class, cost int64, d *Decision, err error) {
-	if err != nil || !d.Allow {
-		gu.refund(class, cost)
-	}
-	if err == nil {
-		d.Upstream, d.Class = gu.name, class.String()
-	}
-}
-
-// refund gives back tokens take took.
-func (gu *gateUpstream) refund(class upstream.Class, cost int64) {
 	if cost == 0 {
 		return
 	}
 	gu.mu.Lock()
 	defer gu.mu.Unlock()
-	b := &gu.buckets[class]
-	b.tokens = min(b.burst, b.tokens+float64(cost))
+	if err != nil || !d.Allow {
+		b := &gu.buckets[class]
+		b.tokens = min(b.burst, b.tokens+float64(cost))
+	} else {
+		gu.offered[class] += cost
+	}
+	if err == nil {
+		d.Upstream, d.Class = gu.name, class.String()
+	}
 }
 
 // gatedGroup is the gate's part of a group (DecideAll): each request's
@@ -246,11 +246,14 @@ func (e *Engine) takeGroup(rs []Request, ds []Decision, now func() int64, gg *ga
 func (e *Engine) settleGroup(rs []Request, ds []Decision, gg *gatedGroup, allowed bool, err error) {
 	for i := range rs {
 		if gu := gg.gus[i]; gu != nil {
-			if !allowed {
-				gu.refund(gg.classes[i], gg.costs[i])
-				gg.costs[i] = 0
+			d := &ds[i]
+			if !allowed && d.Allow {
+				d = &Decision{} // the group was refused: give back, count nothing
 			}
-			gu.settle(gg.classes[i], gg.costs[i], &ds[i], err)
+			gu.settle(gg.classes[i], gg.costs[i], d, err)
+			if err == nil {
+				ds[i].Upstream, ds[i].Class = gu.name, gg.classes[i].String()
+			}
 		}
 	}
 }

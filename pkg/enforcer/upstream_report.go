@@ -72,13 +72,16 @@ func (e *Engine) ReportUpstream(calls []UpstreamCall) error {
 	if pr.byName == nil {
 		pr.byName = map[string]*upstream.Report{}
 	}
-	names := len(pr.byName)
+	var fresh []string // names new since the last flush
 	for _, c := range calls {
-		if pr.byName[c.Upstream] == nil {
-			names++
+		if pr.byName[c.Upstream] == nil && !slices.Contains(fresh, c.Upstream) {
+			fresh = append(fresh, c.Upstream)
+			if len(pr.byName)+len(fresh) > upstream.MaxUpstreams {
+				break
+			}
 		}
 	}
-	if names > upstream.MaxUpstreams {
+	if len(pr.byName)+len(fresh) > upstream.MaxUpstreams {
 		return fmt.Errorf("%w: reports name more than %d upstreams", ErrInvalidRequest, upstream.MaxUpstreams)
 	}
 	for _, c := range calls {

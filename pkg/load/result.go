@@ -146,7 +146,7 @@ func (r *Result) Write(dir string) error {
 	i := func(x int64) string { return strconv.FormatInt(x, 10) }
 	us := func(d time.Duration) string { return f(float64(d) / 1e3) }
 	per := r.Measured
-	if err := writeCSV(filepath.Join(dir, "tenants.csv"),
+	if err := WriteCSV(filepath.Join(dir, "tenants.csv"),
 		[]string{"tenant", "tier", "rank", "profile_rate", "offered_per_s", "admitted_per_s", "denied_global", "denied_tenant", "denied_endpoint", "denied_key", "borrowed",
 			"offered_tokens_per_s", "admitted_tokens_per_s"},
 		len(r.Tenants), func(k int) []string {
@@ -157,7 +157,7 @@ func (r *Result) Write(dir string) error {
 		}); err != nil {
 		return err
 	}
-	if err := writeCSV(filepath.Join(dir, "seconds.csv"),
+	if err := WriteCSV(filepath.Join(dir, "seconds.csv"),
 		[]string{"t", "offered", "admitted", "victim_offered", "victim_admitted", "victim_denied_global", "attacker_offered", "attacker_admitted", "borrowed",
 			"p50_us", "p99_us", "victim_p50_us", "victim_p99_us", "lag_p99_us", "oracle_checked", "oracle_mismatches", "errors",
 			"offered_tokens", "admitted_tokens"},
@@ -172,14 +172,15 @@ func (r *Result) Write(dir string) error {
 	if len(r.WallSeconds) == 0 {
 		return nil
 	}
-	return writeCSV(filepath.Join(dir, "tokens.csv"), []string{"t", "admitted_tokens", "offered_tokens", "decided"},
+	return WriteCSV(filepath.Join(dir, "tokens.csv"), []string{"t", "admitted_tokens", "offered_tokens", "decided"},
 		len(r.WallSeconds), func(k int) []string {
 			w := r.WallSeconds[k]
 			return []string{strconv.Itoa(k), i(w.AdmittedTokens), i(w.OfferedTokens), i(w.Decided)}
 		})
 }
 
-func writeCSV(path string, header []string, n int, row func(int) []string) error {
+// WriteCSV writes a CSV file of header and n rows.
+func WriteCSV(path string, header []string, n int, row func(int) []string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err

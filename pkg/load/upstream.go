@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/upstream"
 )
 
 // UpstreamGateway plays the gateway in front of an upstream for experiment
@@ -30,16 +31,19 @@ type UpstreamGateway struct {
 	URL       string
 	Endpoints map[string]bool
 
-	client  *http.Client
-	report  func(node int, calls []enforcer.UpstreamCall) error
-	start   time.Time
-	stop    chan struct{}
-	flushed sync.WaitGroup
+	client   *http.Client
+	report   func(node int, calls []enforcer.UpstreamCall) error
+	calls    chan struct{} // a slot per call in flight
+	inFlight sync.WaitGroup
+	start    time.Time
+	stop     chan struct{}
+	flushed  sync.WaitGroup
 
 	mu      sync.Mutex
 	pending map[int][]enforcer.UpstreamCall
 	seconds []UpstreamSecond
 	errs    int
+	lastErr error
 }
 
 // UpstreamSecond is one second of an UpstreamGateway's counts.
@@ -48,12 +52,20 @@ type UpstreamSecond struct {
 	// healthy) and by its tier, in tokens of the upstream's endpoints.
 	ByClass map[string]int64
 	ByTier  map[string]int64
-	// Suspended and Throttled count requests the upstream gate refused.
-	Suspended, Throttled int64
-	// Served, Limited and Failed count the upstream's answers: 2xx, 429,
-	// anything else or no answer.
-	Served, Limited, Failed int64
+	// Suspended counts requests the upstream gate refused (503), Throttled
+	// those it throttled (429), by class.
+	Suspended int64
+	Throttled map[string]int64
+	// Served, Limited and Failed count the upstream's answers, in the
+	// second they came: 2xx, 429, anything else or no answer. Dropped
+	// counts admitted requests not sent: MaxInFlight calls were waiting.
+	Served, Limited, Failed, Dropped int64
 }
+
+// MaxInFlight bounds the calls to the upstream waiting for an answer: the
+// gateway calls it off the generator's path, so a slow upstream does not
+// slow the offered load.
+const MaxInFlight = 4096
 
 // ReportEvery is how often the gateway sends its passive reports.
 const ReportEvery = 200 * time.Millisecond
@@ -61,8 +73,8 @@ const ReportEvery = 200 * time.Millisecond
 // NewUpstreamGateway wraps t. report sends node's passive reports.
 func NewUpstreamGateway(t Target, name, url string, endpoints []string, report func(node int, calls []enforcer.UpstreamCall) error) *UpstreamGateway {
 	g := &UpstreamGateway{Target: t, Name: name, URL: url, Endpoints: map[string]bool{}, report: report,
-		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
-		start:  time.Now(), stop: make(chan struct{}), pending: map[int][]enforcer.UpstreamCall{}}
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: MaxInFlight}},
+		start:  time.Now(), stop: make(chan struct{}), pending: map[int][]enforcer.UpstreamCall{}, calls: make(chan struct{}, MaxInFlight)}
 	for _, e := range endpoints {
 		g.Endpoints[e] = true
 	}
@@ -81,7 +93,7 @@ func HTTPReporter(urls []string) func(int, []enforcer.UpstreamCall) error {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			fmt.Fprintf(&b, `{"upstream":%q,"status":%d,"latencyMs":%.3f}`, c.Upstream, c.Status, float64(c.Latency)/1e6)
+			fmt.Fprintf(&b, `{"upstream":%q,"status":%d,"latencyMs":%.3f,"remaining":%d,"limit":%d}`, c.Upstream, c.Status, float64(c.Latency)/1e6, c.Remaining, c.Limit)
 		}
 		b.WriteString(`]}`)
 		resp, err := client.Post(urls[node]+"/quota/upstream/report", "application/json", strings.NewReader(b.String()))
@@ -113,18 +125,40 @@ func (g *UpstreamGateway) Decide(ctx context.Context, node int, now time.Time, r
 		if d.Suspended {
 			g.seconds[s].Suspended++
 		} else if d.Level == enforcer.LevelUpstream {
-			g.seconds[s].Throttled++
+			g.seconds[s].Throttled[d.Class]++
 		}
 		g.mu.Unlock()
 		return d, nil
 	}
 	cost := max(d.Cost, 1)
-	status, latency := g.call(ctx, r)
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	sec := &g.seconds[s]
 	sec.ByClass[d.Class] += cost
 	sec.ByTier[r.Tier] += cost
+	g.mu.Unlock()
+	select {
+	case g.calls <- struct{}{}:
+	default:
+		g.mu.Lock()
+		g.seconds[s].Dropped++
+		g.mu.Unlock()
+		return d, nil
+	}
+	req := *r
+	g.inFlight.Go(func() {
+		defer func() { <-g.calls }()
+		g.record(node, g.call(context.WithoutCancel(ctx), &req))
+	})
+	return d, nil
+}
+
+// record counts the upstream's answer to a call in the second it ended.
+func (g *UpstreamGateway) record(node int, call enforcer.UpstreamCall) {
+	s := g.second()
+	status := call.Status
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	sec := &g.seconds[s]
 	switch {
 	case status/100 == 2:
 		sec.Served++
@@ -133,8 +167,7 @@ func (g *UpstreamGateway) Decide(ctx context.Context, node int, now time.Time, r
 	default:
 		sec.Failed++
 	}
-	g.pending[node] = append(g.pending[node], enforcer.UpstreamCall{Upstream: g.Name, Status: status, Latency: latency})
-	return d, nil
+	g.pending[node] = append(g.pending[node], call)
 }
 
 // second is the slot of now, grown as needed.
@@ -143,26 +176,33 @@ func (g *UpstreamGateway) second() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for len(g.seconds) <= s {
-		g.seconds = append(g.seconds, UpstreamSecond{ByClass: map[string]int64{}, ByTier: map[string]int64{}})
+		g.seconds = append(g.seconds, UpstreamSecond{ByClass: map[string]int64{}, ByTier: map[string]int64{}, Throttled: map[string]int64{}})
 	}
 	return s
 }
 
-// call calls the upstream for r: its status (0 for no answer) and latency.
-func (g *UpstreamGateway) call(ctx context.Context, r *enforcer.Request) (int, time.Duration) {
+// call calls the upstream for r: its status (0 for no answer), latency
+// and rate-limit reading, as a passive report.
+func (g *UpstreamGateway) call(ctx context.Context, r *enforcer.Request) enforcer.UpstreamCall {
+	c := enforcer.UpstreamCall{Upstream: g.Name}
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.URL, nil)
 	if err != nil {
-		return 0, 0
+		return c
 	}
 	req.Header.Set("X-Tenant", r.Tenant)
 	resp, err := g.client.Do(req)
+	c.Latency = time.Since(start)
 	if err != nil {
-		return 0, time.Since(start)
+		return c
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode, time.Since(start)
+	c.Status = resp.StatusCode
+	if rd, _ := upstream.ParseRateLimit(resp.Header, upstream.RateLimitHeaders{}); rd.Known() {
+		c.Remaining, c.Limit = rd.Remaining, rd.Limit
+	}
+	return c
 }
 
 func (g *UpstreamGateway) flushLoop() {
@@ -190,6 +230,7 @@ func (g *UpstreamGateway) flush() {
 			if err := g.report(node, calls[:n]); err != nil {
 				g.mu.Lock()
 				g.errs++
+				g.lastErr = err
 				g.mu.Unlock()
 			}
 			calls = calls[n:]
@@ -197,8 +238,10 @@ func (g *UpstreamGateway) flush() {
 	}
 }
 
-// Close stops the reports and closes the target.
+// Close waits for the calls in flight, stops the reports and closes the
+// target.
 func (g *UpstreamGateway) Close() error {
+	g.inFlight.Wait()
 	close(g.stop)
 	g.flushed.Wait()
 	return g.Target.Close()
@@ -221,9 +264,13 @@ func (g *UpstreamGateway) Write(dir string, tiers []string) error {
 	for _, t := range tiers {
 		header = append(header, "tier_"+t)
 	}
-	header = append(header, "suspended", "throttled", "upstream_served", "upstream_429", "upstream_failed")
+	header = append(header, "suspended")
+	for _, c := range classes[:4] {
+		header = append(header, "throttled_"+c)
+	}
+	header = append(header, "upstream_served", "upstream_429", "upstream_failed", "dropped")
 	i := func(x int64) string { return strconv.FormatInt(x, 10) }
-	err := writeCSV(filepath.Join(dir, "upstream.csv"), header, len(g.seconds), func(k int) []string {
+	err := WriteCSV(filepath.Join(dir, "upstream.csv"), header, len(g.seconds), func(k int) []string {
 		s := g.seconds[k]
 		row := []string{strconv.Itoa(k)}
 		for _, c := range classes {
@@ -232,10 +279,14 @@ func (g *UpstreamGateway) Write(dir string, tiers []string) error {
 		for _, t := range tiers {
 			row = append(row, i(s.ByTier[t]))
 		}
-		return append(row, i(s.Suspended), i(s.Throttled), i(s.Served), i(s.Limited), i(s.Failed))
+		row = append(row, i(s.Suspended))
+		for _, c := range classes[:4] {
+			row = append(row, i(s.Throttled[c]))
+		}
+		return append(row, i(s.Served), i(s.Limited), i(s.Failed), i(s.Dropped))
 	})
 	if err == nil && g.errs > 0 {
-		err = fmt.Errorf("%d passive reports were refused", g.errs)
+		err = fmt.Errorf("%d passive reports were refused, the last: %w", g.errs, g.lastErr)
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -126,5 +127,35 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 			t.Fatalf("no report reached Redis: %v %v", raw, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestUpstreamReportBatch: a report of many calls to one upstream is one
+// upstream, not as many as it has calls; a 17th upstream is refused.
+func TestUpstreamReportBatch(t *testing.T) {
+	srv := redistest.Start(t)
+	p, err := policy.LoadFS(samples.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(p, enforcer.WithRedis(srv.Client()), enforcer.WithNodeID("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	calls := make([]enforcer.UpstreamCall, 1000)
+	for i := range calls {
+		calls[i] = enforcer.UpstreamCall{Upstream: "llm", Status: 200}
+	}
+	if err := e.ReportUpstream(calls); err != nil {
+		t.Fatalf("1000 calls to one upstream: %v", err)
+	}
+	for i := range upstream.MaxUpstreams - 1 {
+		if err := e.ReportUpstream([]enforcer.UpstreamCall{{Upstream: fmt.Sprintf("u%d", i), Status: 200}}); err != nil {
+			t.Fatalf("upstream %d of %d: %v", i+2, upstream.MaxUpstreams, err)
+		}
+	}
+	if err := e.ReportUpstream([]enforcer.UpstreamCall{{Upstream: "one-too-many", Status: 200}}); err == nil {
+		t.Errorf("a %dth upstream was taken", upstream.MaxUpstreams+1)
 	}
 }
