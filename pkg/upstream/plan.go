@@ -171,7 +171,7 @@ type UpstreamPlan struct {
 	// p95 and a limit cut to 40 % give 0.37), so a provider that states
 	// its limit is not sent more than it.
 	Ceiling float64 `json:"ceiling,omitempty"`
-	Phase      Phase   `json:"phase"`
+	Phase   Phase   `json:"phase"`
 	// Reserve is what critical tenants are reserved first: the sum of
 	// their nominal allocations (tokens per second), at most Capacity.
 	Reserve float64 `json:"reserve"`
