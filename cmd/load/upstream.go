@@ -48,6 +48,9 @@ func startOutage(ctx context.Context, dir string, p *policy.Policy, name, file s
 	}
 	r := &outageRun{fake: upstreamtest.New(tl), log: &cycleLog{start: time.Now().UnixMilli()}, wait: func() {}}
 	r.gateway = load.NewUpstreamGateway(fleet, name, r.fake.URL, specs[0].Endpoints, load.FleetReporter(fleet))
+	for _, t := range p.Spec().Tenants {
+		r.gateway.Watched[t.Name] = true // the plane's named tenants: experiment 9's critical ones
+	}
 	if sense {
 		if specs[0].Probe != nil {
 			specs[0].Probe.URL = r.fake.URL

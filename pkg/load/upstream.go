@@ -30,6 +30,9 @@ type UpstreamGateway struct {
 	Name      string
 	URL       string
 	Endpoints map[string]bool
+	// Watched are tenants counted apart (the plane's critical ones, in
+	// experiment 9), whatever their class.
+	Watched map[string]bool
 
 	client   *http.Client
 	report   func(node int, calls []enforcer.UpstreamCall) error
@@ -56,6 +59,10 @@ type UpstreamSecond struct {
 	// those it throttled (429), by class.
 	Suspended int64
 	Throttled map[string]int64
+	// WatchedAdmitted counts the watched tenants' tokens admitted;
+	// WatchedThrough their calls the upstream then answered other than
+	// 429 (served or failed by it, not turned away).
+	WatchedAdmitted, WatchedThrough int64
 	// Served, Limited and Failed count the upstream's answers, in the
 	// second they came: 2xx, 429, anything else or no answer. Dropped
 	// counts admitted requests not sent: MaxInFlight calls were waiting.
@@ -72,7 +79,7 @@ const ReportEvery = 200 * time.Millisecond
 
 // NewUpstreamGateway wraps t. report sends node's passive reports.
 func NewUpstreamGateway(t Target, name, url string, endpoints []string, report func(node int, calls []enforcer.UpstreamCall) error) *UpstreamGateway {
-	g := &UpstreamGateway{Target: t, Name: name, URL: url, Endpoints: map[string]bool{}, report: report,
+	g := &UpstreamGateway{Target: t, Name: name, URL: url, Endpoints: map[string]bool{}, Watched: map[string]bool{}, report: report,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: MaxInFlight}},
 		start:  time.Now(), stop: make(chan struct{}), pending: map[int][]enforcer.UpstreamCall{}, calls: make(chan struct{}, MaxInFlight)}
 	for _, e := range endpoints {
@@ -135,6 +142,10 @@ func (g *UpstreamGateway) Decide(ctx context.Context, node int, now time.Time, r
 	sec := &g.seconds[s]
 	sec.ByClass[d.Class] += cost
 	sec.ByTier[r.Tier] += cost
+	watched := g.Watched[r.Tenant]
+	if watched {
+		sec.WatchedAdmitted += cost
+	}
 	g.mu.Unlock()
 	select {
 	case g.calls <- struct{}{}:
@@ -147,18 +158,21 @@ func (g *UpstreamGateway) Decide(ctx context.Context, node int, now time.Time, r
 	req := *r
 	g.inFlight.Go(func() {
 		defer func() { <-g.calls }()
-		g.record(node, g.call(context.WithoutCancel(ctx), &req))
+		g.record(node, g.call(context.WithoutCancel(ctx), &req), watched)
 	})
 	return d, nil
 }
 
 // record counts the upstream's answer to a call in the second it ended.
-func (g *UpstreamGateway) record(node int, call enforcer.UpstreamCall) {
+func (g *UpstreamGateway) record(node int, call enforcer.UpstreamCall, watched bool) {
 	s := g.second()
 	status := call.Status
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	sec := &g.seconds[s]
+	if watched && status != 0 && status != http.StatusTooManyRequests {
+		sec.WatchedThrough++
+	}
 	switch {
 	case status/100 == 2:
 		sec.Served++
@@ -268,7 +282,7 @@ func (g *UpstreamGateway) Write(dir string, tiers []string) error {
 	for _, c := range classes[:4] {
 		header = append(header, "throttled_"+c)
 	}
-	header = append(header, "upstream_served", "upstream_429", "upstream_failed", "dropped")
+	header = append(header, "upstream_served", "upstream_429", "upstream_failed", "dropped", "watched_admitted", "watched_through")
 	i := func(x int64) string { return strconv.FormatInt(x, 10) }
 	err := WriteCSV(filepath.Join(dir, "upstream.csv"), header, len(g.seconds), func(k int) []string {
 		s := g.seconds[k]
@@ -283,7 +297,7 @@ func (g *UpstreamGateway) Write(dir string, tiers []string) error {
 		for _, c := range classes[:4] {
 			row = append(row, i(s.Throttled[c]))
 		}
-		return append(row, i(s.Served), i(s.Limited), i(s.Failed), i(s.Dropped))
+		return append(row, i(s.Served), i(s.Limited), i(s.Failed), i(s.Dropped), i(s.WatchedAdmitted), i(s.WatchedThrough))
 	})
 	if err == nil && g.errs > 0 {
 		err = fmt.Errorf("%d passive reports were refused, the last: %w", g.errs, g.lastErr)
