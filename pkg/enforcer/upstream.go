@@ -296,7 +296,7 @@ func (e *Engine) gateExchange() {
 			args = append(args, gu.measure(seconds))
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(interval, 100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), min(max(interval, 100*time.Millisecond), time.Second))
 	defer cancel()
 	if err := e.flushReports(ctx, p, now); err != nil {
 		e.logger.Warn("upstream reports not forwarded", "plane", p.ID(), "err", err)

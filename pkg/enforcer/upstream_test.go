@@ -165,3 +165,43 @@ func TestUpstreamGateNoPlan(t *testing.T) {
 		t.Fatalf("plan gone: %+v, want allowed, not gated", d)
 	}
 }
+
+// TestUpstreamGateHoldsThePlanWithoutRedis: with Redis gone, an enforcer
+// keeps the plan it holds, its confidence decayed by the plan's age (seed
+// 004's staleness penalty), until PlanTTL after it was published; then it
+// drops it and gates nothing.
+func TestUpstreamGateHoldsThePlanWithoutRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMicro())
+	now := func() time.Time { return time.UnixMicro(clock.Load()) }
+	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"), WithClock(now), WithRedisTimeout(100*time.Millisecond))
+	plan := degradedPlan(p.ID())
+	plan.Upstreams[0].Confidence = 0.8
+	if err := upstream.PublishPlan(context.Background(), srv.Client(), plan); err != nil {
+		t.Fatal(err)
+	}
+	e.gateExchange()
+	srv.Stop()
+	for _, step := range []struct {
+		after time.Duration
+		conf  float64 // the plan's 0.8 less the penalty of its age beyond one interval (10 s)
+		gated bool
+	}{
+		{0, 0.8, true},
+		{70 * time.Second, 0.8 - 60.0/120, true},
+		{4 * time.Minute, 0.8 - 0.5, true}, // the penalty is at most 0.5
+		{upstream.PlanTTL, 0, false},
+	} {
+		clock.Store(time.UnixMilli(plan.PublishedMs).Add(step.after).UnixMicro())
+		e.gateExchange()
+		d, _ := e.DecideAt(now(), Request{Tenant: "bronze", Endpoint: "chat"})
+		if d.Suspended != step.gated {
+			t.Fatalf("%s after publishing, Redis down: %+v, want gated %v", step.after, d, step.gated)
+		}
+		if st := e.UpstreamStatus(); step.gated && (len(st) != 1 || math.Abs(st[0].Confidence-step.conf) > 0.02) {
+			t.Errorf("%s after publishing: status %+v, want confidence %.2f", step.after, st, step.conf)
+		}
+	}
+}

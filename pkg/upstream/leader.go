@@ -37,6 +37,9 @@ type Leader struct {
 	Logger *slog.Logger
 	// Tick is how often Run looks for due probes and cycles; 1 s when 0.
 	Tick time.Duration
+	// Cycle is the time to the next cycle after one whose lowest
+	// confidence was c; CycleInterval when nil (tests shorten it).
+	Cycle func(c float64) time.Duration
 
 	mu       sync.Mutex // guards ups' windows' feeders and probe bookkeeping
 	ups      map[string]*sensed
@@ -140,6 +143,10 @@ type ClassChange struct {
 	Score    float64
 }
 
+// LoadRetry is how soon a cycle that could not load the plane (its policy
+// not yet published, Redis away) is tried again.
+const LoadRetry = 5 * time.Second
+
 // tierKey is a tier's entry in a Classifier: tenant names have no spaces.
 func tierKey(tier string) string { return "tier " + tier }
 
@@ -213,7 +220,7 @@ func (l *Leader) probeDue(ctx context.Context, now time.Time) {
 // Redis until it expires (PlanTTL), and the enforcers keep it.
 func (l *Leader) RunCycle(ctx context.Context) *Cycle {
 	start := l.now()
-	c := &Cycle{At: start, Interval: CycleInterval(1)}
+	c := &Cycle{At: start, Interval: LoadRetry}
 	defer func() {
 		c.Duration = l.now().Sub(start)
 		if c.Err != nil {
@@ -249,10 +256,17 @@ func (l *Leader) RunCycle(ctx context.Context) *Cycle {
 		plan.Upstreams = append(plan.Upstreams, up)
 	}
 	c.Interval = CycleInterval(lowest)
+	if l.Cycle != nil {
+		c.Interval = l.Cycle(lowest)
+	}
 	plan.Interval = c.Interval
 	c.Plan = plan
 	if len(plan.Upstreams) == 0 {
-		return c // nothing to publish; an old plan expires on its own
+		// None left (deleted, or every one invalid): no plan, no gate.
+		if err := l.Redis.Del(ctx, PlanKey(l.Plane)).Err(); err != nil {
+			c.Err = err
+		}
+		return c
 	}
 	if err := PublishPlan(ctx, l.Redis, plan); err != nil {
 		c.Err = err
@@ -392,12 +406,18 @@ func (l *Leader) sync(ctx context.Context, specs []policy.Upstream) error {
 		if s.window == nil || s.window.Span() != spec.Window {
 			s.window = NewWindow(spec.Window, DefaultWindowCap)
 		}
-		if !probeEqual(s.spec.Probe, spec.Probe) || s.prober == nil && spec.Probe != nil {
+		changed := !probeEqual(s.spec.Probe, spec.Probe)
+		if changed || s.prober == nil && spec.Probe != nil || hasSecret(spec.Probe) {
+			// Secret headers are read again each cycle: a rotated key is
+			// picked up within one.
 			prober, err := l.prober(ctx, spec.Probe)
 			if err != nil {
 				s.lastFailure = err.Error()
 			}
-			s.prober, s.nextProbe = prober, time.Time{}
+			s.prober = prober
+			if changed {
+				s.nextProbe = time.Time{}
+			}
 		}
 		s.spec = spec
 	}
@@ -493,4 +513,17 @@ func (l *Leader) usage(ctx context.Context, now time.Time) map[string]float64 {
 		}
 	}
 	return sum
+}
+
+// hasSecret says whether a probe sends a header read from a Secret.
+func hasSecret(p *policy.Probe) bool {
+	if p == nil {
+		return false
+	}
+	for _, h := range p.Headers {
+		if h.SecretRef != nil {
+			return true
+		}
+	}
+	return false
 }
