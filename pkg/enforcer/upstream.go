@@ -575,7 +575,7 @@ func (e *Engine) UpstreamWhy(tenant, tier, name string) string {
 		up := gu.up
 		var b strings.Builder
 		if tc, ok := up.Tenants[tenant]; ok {
-			fmt.Fprintf(&b, "the leader's last cycle classed it %s: priority score %.2f at confidence %.2f", tc.Class, tc.Score, up.Confidence)
+			fmt.Fprintf(&b, "the leader's last cycle classed it %s: priority score %.2f (%s) at confidence %.2f", tc.Class, tc.Score, scoreTerms(gp.policy, tenant, tc.Score), up.Confidence)
 		} else {
 			fmt.Fprintf(&b, "the plan does not name it: it has its tier's class, %s", class)
 		}
@@ -592,4 +592,27 @@ func (e *Engine) UpstreamWhy(tenant, tier, name string) string {
 		return b.String()
 	}
 	return ""
+}
+
+// scoreTerms spells out a named tenant's priority score (seed 004's
+// compute_priority_score) from the policy's signals; the usage term is what
+// the leader's score holds beyond them (the policy does not carry usage).
+func scoreTerms(p *policy.Policy, tenant string, score float64) string {
+	t, ok := p.Tenant(tenant)
+	if !ok {
+		return "the tenant is not in the policy in force"
+	}
+	var sig upstream.Signals
+	if pr := t.Priority; pr != nil {
+		sig = upstream.Signals{ContractValue: float64(pr.ContractValue), Realtime: pr.Realtime, Importance: float64(pr.Importance) / 100}
+	}
+	base := p.PriorityBase(t.Tier)
+	contract := min(sig.ContractValue/upstream.ContractValueCap, 1) * upstream.ContractWeight
+	realtime := 0.0
+	if sig.Realtime {
+		realtime = upstream.RealtimeBonus
+	}
+	importance := sig.Importance * upstream.ImportanceWeight
+	usage := max(0, score-upstream.Score(base, sig))
+	return fmt.Sprintf("tier %s %.2f + contract %.2f + real-time %.2f + importance %.2f + usage %.2f", t.Tier, base, contract, realtime, importance, usage)
 }

@@ -36,7 +36,7 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 	t.Cleanup(func() { e.Close() })
 	plan := &upstream.Plan{Plane: p.ID(), Interval: 30 * time.Second, Upstreams: []upstream.UpstreamPlan{{
 		Name: "llm", Endpoints: []string{"export"}, Capacity: 100, Confidence: 0.55, Phase: upstream.Phase1,
-		Tenants: map[string]upstream.TenantClass{"acme": {Class: upstream.Critical, Score: 0.9}},
+		Tenants: map[string]upstream.TenantClass{"acme": {Class: upstream.Critical, Score: 0.467}},
 		Tiers:   map[string]upstream.Class{"enterprise": upstream.High, "standard": upstream.Medium, "free": upstream.Low},
 	}}}
 	if err := upstream.PublishPlan(context.Background(), srv.Client(), plan); err != nil {
@@ -95,6 +95,15 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 	}
 	if u := view.Upstreams[0]; u.Class != "low" || u.Phase != "Phase1" || !strings.Contains(u.Why, "gets none of the upstream") {
 		t.Errorf("debug upstream %+v, want class low in Phase1 and why it gets none", u)
+	}
+	drec = httptest.NewRecorder()
+	admin.ServeHTTP(drec, httptest.NewRequest(http.MethodGet, "/quota/debug?tenant=acme", nil))
+	view = debugView{}
+	if err := json.Unmarshal(drec.Body.Bytes(), &view); err != nil || len(view.Upstreams) != 1 {
+		t.Fatalf("debug acme: %v %s, want one upstream", err, drec.Body)
+	}
+	if u := view.Upstreams[0]; u.Class != "critical" || !strings.Contains(u.Why, "priority score 0.47 (tier standard 0.40 + contract 0.03 + real-time 0.00 + importance 0.04 + usage 0.00)") {
+		t.Errorf("debug acme %+v, want critical with its score spelled out", u)
 	}
 
 	for body, want := range map[string]int{
