@@ -12,7 +12,7 @@
 # plane (plane/) names the five biggest customers critical (enterprise,
 # 500k contract, real-time; 60 requests/s each, 300/s reserved).
 #
-# Two runs of 800 s, Redis flushed before each:
+# Two runs of 800 s under the bench lock, Redis flushed before each:
 #   sensing   seed 004's leader in the same process (probe every 5 s,
 #             passive reports, cycles of 30 s / 10 s), the plan in Redis
 #   static    no leader: static tiers, nothing gated
@@ -44,7 +44,7 @@ if [[ -z "${ANALYZE_ONLY:-}" ]]; then
 		name=sensing
 		[[ $sensing == false ]] && name=static
 		redis-cli -p "$port" flushall >/dev/null
-		"$RESULTS/load" -policy "$DIR/plane" -nodes 4 -redis-addr "127.0.0.1:$port" -workers 64 -seed 1 \
+		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$DIR/plane" -nodes 4 -redis-addr "127.0.0.1:$port" -workers 64 -seed 1 \
 			-rate 1800 -mix chat=1 -duration "$DURATION" -quiet \
 			-upstream llm -upstream-timeline "$DIR/timeline.json" -sensing="$sensing" \
 			-out "$RESULTS/$name" >"$RESULTS/$name.txt" 2>"$RESULTS/$name.log"
