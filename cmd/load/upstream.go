@@ -127,20 +127,19 @@ func (c *cycleLog) observe(cy *upstream.Cycle) {
 }
 
 // write stores cycles.csv in dir: per cycle, its time since the start,
-// the upstream's confidence and its terms, the confidence tenants were
-// classed by, the phase, the capacity now, the tenants per class and the
-// class changes.
+// the upstream's confidence and its terms, the phase, the capacity now,
+// the tenants per class and the class changes.
 func (c *cycleLog) write(dir string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return load.WriteCSV(dir+"/cycles.csv",
-		[]string{"t", "confidence", "error", "latency", "quota", "staleness", "class_confidence", "phase", "capacity_now",
+		[]string{"t", "confidence", "error", "latency", "quota", "staleness", "phase", "capacity_now",
 			"critical", "high", "medium", "low", "suspended", "changes", "err"},
 		len(c.cycles), func(k int) []string {
 			cy := c.cycles[k]
 			row := []string{fmt.Sprintf("%.1f", float64(cy.At.UnixMilli()-c.start)/1000)}
 			if len(cy.Upstreams) == 0 {
-				return append(row, "", "", "", "", "", "", "", "", "", "", "", "", "", "", fmt.Sprint(cy.Err))
+				return append(row, "", "", "", "", "", "", "", "", "", "", "", "", "", fmt.Sprint(cy.Err))
 			}
 			u := cy.Upstreams[0]
 			now := 0.0
@@ -153,7 +152,7 @@ func (c *cycleLog) write(dir string) error {
 			}
 			f := func(x float64) string { return fmt.Sprintf("%.4f", x) }
 			return append(row, f(u.Terms.Confidence), f(u.Terms.Error), f(u.Terms.Latency), f(u.Terms.Quota), f(u.Terms.Staleness),
-				f(u.ClassConfidence), u.Phase.String(), f(now),
+				u.Phase.String(), f(now),
 				fmt.Sprint(u.Classes[upstream.Critical]), fmt.Sprint(u.Classes[upstream.High]), fmt.Sprint(u.Classes[upstream.Medium]),
 				fmt.Sprint(u.Classes[upstream.Low]), fmt.Sprint(u.Classes[upstream.Suspended]), fmt.Sprint(len(u.Changes)), errText)
 		})

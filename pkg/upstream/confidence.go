@@ -64,6 +64,13 @@ type ConfidenceParams struct {
 	// unit and period of its limit header (QuotaSignalLimit only); without
 	// one (≤ 0) the quota penalty is 0.
 	NominalLimit float64
+	// Fresh is how old the newest reading may be before the staleness
+	// penalty starts: the cadence readings are expected at (the probe's
+	// interval, a cycle). Seed 004 penalises every second of age, so a
+	// provider probed every 15 s loses up to 0.125 between probes and a
+	// healthy one can never reach the 0.95 full recovery asks; 0 is the
+	// seed's.
+	Fresh time.Duration
 }
 
 // Terms are the parts of a confidence, for status and debugging: the
@@ -100,7 +107,7 @@ func Explain(st Stats, now time.Time, p ConfidenceParams) Terms {
 		Error:     unit(st.ErrorRate()) * ErrorWeight,
 		Latency:   min(max(st.P95.Seconds()/ceiling.Seconds(), 0), 1) * LatencyWeight,
 		Quota:     (1 - quotaRatio(st, p)) * QuotaWeight,
-		Staleness: Staleness(now.Sub(st.Newest)),
+		Staleness: Staleness(now.Sub(st.Newest) - p.Fresh),
 	}
 	base := unit(1 - t.Error - t.Latency - t.Quota)
 	t.Confidence = max(0, base-t.Staleness)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,37 +68,23 @@ type sensed struct {
 	prior    float64
 	priorAt  time.Time
 	hasPrior bool
-	// recent are the last cycles' confidences, for ClassHold.
-	recent []heldConfidence
 }
 
-type heldConfidence struct {
-	at time.Time
-	c  float64
-}
+// BandMargin is how far past a band's lower edge the confidence must be
+// for a tenant to be upgraded into it: a confidence that hovers at an edge,
+// as a flapping upstream's does, keeps its tenants' classes. An upgrade is
+// still immediate, as seed 004 asks, once the confidence is past the
+// margin; a downgrade still needs two cycles (Classifier).
+const BandMargin = 0.05
 
-// ClassHold is how long the confidence tenants are classed by holds its
-// lowest value: the band takes the lowest confidence of the cycles of the
-// last ClassHold, so a flapping upstream keeps the classes of its troughs
-// and an upgrade (immediate, as seed 004 asks, once the band's input rises)
-// comes when the confidence has stayed up that long — the time the seed
-// asks of full recovery. Capacity and phases follow the confidence of the
-// cycle itself.
-const ClassHold = RecoverySustain
-
-// hold records c at now and returns the lowest confidence of the last
-// ClassHold.
-func (s *sensed) hold(now time.Time, c float64) float64 {
-	keep := s.recent[:0]
-	low := c
-	for _, h := range s.recent {
-		if now.Sub(h.at) < ClassHold {
-			keep = append(keep, h)
-			low = min(low, h.c)
-		}
+// classify is tenant's class this cycle: Band's at confidence c, an
+// upgrade only when it holds at c − BandMargin too.
+func classify(classes *Classifier, tenant string, score, c, base float64) (class Class, changed bool) {
+	target := Band(score, c, base)
+	if cur, ok := classes.Class(tenant); ok && target > cur {
+		target = max(cur, Band(score, c-BandMargin, base))
 	}
-	s.recent = append(keep, heldConfidence{now, c})
-	return low
+	return classes.Step(tenant, target)
 }
 
 // Cycle is one cycle's outcome.
@@ -117,10 +104,7 @@ type Cycle struct {
 type UpstreamCycle struct {
 	Spec  policy.Upstream
 	Terms Terms
-	// ClassConfidence is what tenants were classed by: the lowest
-	// confidence of the last ClassHold.
-	ClassConfidence float64
-	Phase           Phase
+	Phase Phase
 	// Since is when the phase last changed; PhaseChanged says it did in
 	// this cycle.
 	Since        time.Time
@@ -277,7 +261,7 @@ func (l *Leader) RunCycle(ctx context.Context) *Cycle {
 // cycleUpstream computes one upstream's confidence, phase and classes.
 func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]float64, now time.Time) (UpstreamCycle, UpstreamPlan) {
 	spec := &s.spec
-	params := ConfidenceParams{LatencyCeiling: spec.LatencyCeiling, NominalLimit: float64(spec.Capacity.Rate)}
+	params := ConfidenceParams{LatencyCeiling: spec.LatencyCeiling, NominalLimit: float64(spec.Capacity.Rate), Fresh: fresh(spec)}
 	if spec.QuotaSignal == policy.QuotaSignalLimit {
 		params.QuotaSignal = QuotaSignalLimit
 	}
@@ -300,8 +284,6 @@ func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]flo
 	conf := terms.Confidence
 	uc.Phase, uc.PhaseChanged = s.phases.Step(now, conf)
 	uc.Since = s.phases.Since()
-	classConf := s.hold(now, conf)
-	uc.ClassConfidence = classConf
 
 	capacity := spec.Capacity.PerSecond()
 	up := UpstreamPlan{Name: spec.Name, Endpoints: spec.Endpoints, Capacity: capacity, Confidence: conf, Phase: uc.Phase,
@@ -317,7 +299,7 @@ func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]flo
 		}
 		score := Score(base, sig)
 		old, known := s.classes.Class(t.Name)
-		class, changed := s.classes.Step(t.Name, Band(score, classConf, base))
+		class, changed := classify(&s.classes, t.Name, score, conf, base)
 		if changed && known {
 			uc.Changes = append(uc.Changes, ClassChange{Tenant: t.Name, From: old, To: class, Score: score})
 		}
@@ -329,7 +311,7 @@ func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]flo
 	}
 	for _, tier := range p.Spec().Tiers {
 		base := p.PriorityBase(tier.Name)
-		up.Tiers[tier.Name], _ = s.classes.Step(tierKey(tier.Name), Band(base, classConf, base))
+		up.Tiers[tier.Name], _ = classify(&s.classes, tierKey(tier.Name), base, conf, base)
 	}
 	s.classes.EndCycle()
 	up.Reserve = min(up.Reserve, capacity)
@@ -374,7 +356,12 @@ func (l *Leader) restore(ctx context.Context) {
 	}
 	for _, up := range plan.Upstreams {
 		at := time.UnixMilli(plan.PublishedMs)
-		s := &sensed{window: NewWindow(DefaultWindowSpan, DefaultWindowCap), prior: up.Confidence, priorAt: at, hasPrior: true}
+		s := l.ups[up.Name]
+		if s == nil { // keep what was sensed before the restore (a Load that failed at first)
+			s = &sensed{window: NewWindow(DefaultWindowSpan, DefaultWindowCap)}
+			l.ups[up.Name] = s
+		}
+		s.prior, s.priorAt, s.hasPrior = up.Confidence, at, true
 		s.phases.Restore(up.Phase, at)
 		for name, tc := range up.Tenants {
 			s.classes.Restore(name, tc.Class)
@@ -382,7 +369,6 @@ func (l *Leader) restore(ctx context.Context) {
 		for name, c := range up.Tiers {
 			s.classes.Restore(tierKey(name), c)
 		}
-		l.ups[up.Name] = s
 	}
 	l.logger().Info("upstream plan restored", "plane", l.Plane, "seq", plan.Seq, "upstreams", len(plan.Upstreams))
 }
@@ -468,28 +454,69 @@ func (l *Leader) prober(ctx context.Context, ps *policy.Probe) (*Prober, error) 
 }
 
 // drain folds the passive reports the enforcers forwarded since the last
-// cycle into s's window. Reports are dropped once read: one the window
-// cannot take (a bad record) is logged, not retried.
+// cycle into s's window as one batch: every call and error, a sample of
+// CycleLatencies latencies that keeps the batch's distribution (evenly
+// spaced ranks of the sorted latencies), and the lowest rate-limit reading
+// of the cycle. A window holds a bounded number of records (one per
+// latency): the enforcers' reports, hundreds a second, would otherwise
+// push out all but the last seconds, and the window would not be the
+// span it says. Reports are dropped once read; an unreadable one is
+// logged.
 func (l *Leader) drain(ctx context.Context, s *sensed, now time.Time) {
 	raw, err := l.Redis.LPopCount(ctx, ReportsKey(l.Plane, s.spec.Name), MaxReports).Result()
 	if err != nil && err != redis.Nil {
 		l.logger().Warn("upstream reports not read", "plane", l.Plane, "upstream", s.spec.Name, "err", err)
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	var n, errs int
+	var latencies []time.Duration
+	low := NoReading
 	for _, r := range raw {
 		var rep Report
 		if err := json.Unmarshal([]byte(r), &rep); err != nil {
 			l.logger().Warn("upstream report unreadable", "plane", l.Plane, "upstream", s.spec.Name, "err", err)
 			continue
 		}
-		at := time.UnixMilli(rep.AtMs)
-		if at.After(now) {
-			at = now // another host's clock ahead of this one's
+		if rep.N < 0 || rep.Errors < 0 || rep.Errors > rep.N {
+			continue
 		}
-		s.window.AddReport(at, &rep)
+		n, errs = n+rep.N, errs+rep.Errors
+		for _, ms := range rep.LatenciesMs {
+			if ms >= 0 && ms < float64(time.Hour/time.Millisecond) {
+				latencies = append(latencies, time.Duration(ms*float64(time.Millisecond)))
+			}
+		}
+		if ValidReading(rep.Remaining, rep.Limit) && (!low.Known() || lowerReading(rep.Remaining, rep.Limit, low)) {
+			low = Reading{Remaining: rep.Remaining, Limit: rep.Limit}
+		}
 	}
+	if n == 0 && !low.Known() {
+		return
+	}
+	slices.Sort(latencies)
+	if len(latencies) > CycleLatencies {
+		sample := make([]time.Duration, CycleLatencies)
+		for i := range sample {
+			sample[i] = latencies[i*len(latencies)/CycleLatencies]
+		}
+		latencies = sample
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s.window.AddBatch(now, n, errs, latencies)
+	s.window.AddReading(now, low.Remaining, low.Limit)
+}
+
+// CycleLatencies bounds the latencies one cycle's passive reports add to
+// a window: with cycles of 10 s, a 5 minute window holds 30 × 128, within
+// DefaultWindowCap.
+const CycleLatencies = 128
+
+// lowerReading says whether remaining of limit leaves a smaller share than
+// r, or, at the same share, states a lower limit.
+func lowerReading(remaining, limit int64, r Reading) bool {
+	a, b := float64(remaining)/float64(limit), float64(r.Remaining)/float64(r.Limit)
+	return a < b || a == b && limit < r.Limit
 }
 
 // usage sums the live enforcers' usage reports: each named tenant's
@@ -526,4 +553,15 @@ func hasSecret(p *policy.Probe) bool {
 		}
 	}
 	return false
+}
+
+// fresh is how old an upstream's newest reading may be before it counts as
+// stale: one probe interval, and at least one normal cycle (the passive
+// reports come in each cycle).
+func fresh(spec *policy.Upstream) time.Duration {
+	f := NormalCycle
+	if spec.Probe != nil {
+		f = max(f, spec.Probe.Interval)
+	}
+	return f
 }

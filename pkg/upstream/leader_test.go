@@ -150,24 +150,31 @@ func TestLeaderDegradesAndClasses(t *testing.T) {
 	}
 }
 
-// TestClassHoldKeepsTheTrough: the confidence tenants are classed by is the
-// lowest of the last ClassHold, so a flapping upstream's classes stay at
-// its troughs, and rise once it has stayed up that long.
-func TestClassHoldKeepsTheTrough(t *testing.T) {
-	var s sensed
-	t0 := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
-	for i, c := range []float64{0.4, 0.95, 0.4, 0.95, 0.95, 0.95, 0.95, 0.95} { // a cycle every 30 s
-		got := s.hold(t0.Add(time.Duration(i)*30*time.Second), c)
-		want := 0.4
-		if i >= 6 { // 0.4 last at 60 s: held until 180 s, 2 minutes later
-			want = 0.95
+// TestBandMarginKeepsClassesAtAnEdge: a confidence hovering at a band's
+// edge, as a flapping upstream's does, does not move a tenant up and down;
+// once past the edge by BandMargin the upgrade is immediate.
+func TestBandMarginKeepsClassesAtAnEdge(t *testing.T) {
+	var classes Classifier
+	// Score 0.4 (base 0.4): suspended below 0.65, low from 0.65 to 0.9.
+	for i, step := range []struct {
+		c    float64
+		want Class
+	}{
+		{0.60, Suspended},
+		{0.67, Suspended}, // 0.62 is still below the edge
+		{0.63, Suspended},
+		{0.68, Suspended},
+		{0.71, Low}, // 0.66: past the edge
+		{0.63, Low}, // a first cycle below
+		{0.67, Low},
+		{0.63, Low},
+		{0.60, Suspended}, // a second cycle below
+	} {
+		got, _ := classify(&classes, "t", 0.4, step.c, 0.4)
+		classes.EndCycle()
+		if got != step.want {
+			t.Errorf("cycle %d at %.2f: %s, want %s", i, step.c, got, step.want)
 		}
-		if got != want {
-			t.Errorf("cycle %d (confidence %.2f): classed at %.2f, want %.2f", i, c, got, want)
-		}
-	}
-	if len(s.recent) > 5 {
-		t.Errorf("holds %d confidences, want only the last 2 minutes'", len(s.recent))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/quotaplane/quotaplane/pkg/load"
+	"github.com/quotaplane/quotaplane/pkg/upstream"
 	"github.com/quotaplane/quotaplane/pkg/upstream/upstreamtest"
 )
 
@@ -197,13 +198,14 @@ func do(results, timelineFile, img string, reserve float64, outageEnd time.Durat
 	if err := os.MkdirAll(img, 0o755); err != nil {
 		return err
 	}
-	var conf, classConf plotter.XYs
+	var conf, phase plotter.XYs
 	for i := range cycles.rows {
 		conf = append(conf, plotter.XY{X: cycles.f(i, "t"), Y: cycles.f(i, "confidence")})
-		classConf = append(classConf, plotter.XY{X: cycles.f(i, "t"), Y: cycles.f(i, "class_confidence")})
+		p, _ := upstream.ParsePhase(cycles.s(i, "phase"))
+		phase = append(phase, plotter.XY{X: cycles.f(i, "t"), Y: float64(p) / 4})
 	}
-	if err := load.LinePlot(filepath.Join(img, "09-confidence.png"), "Experiment 9: the upstream's capacity confidence, per cycle", "seconds", "confidence",
-		load.Series{Name: "confidence (capacity, phases)", XY: conf}, load.Series{Name: "classed by (lowest of 2 min)", XY: classConf}); err != nil {
+	if err := load.LinePlot(filepath.Join(img, "09-confidence.png"), "Experiment 9: capacity confidence and phase, per cycle", "seconds", "confidence",
+		load.Series{Name: "confidence", XY: conf}, load.Series{Name: "phase / 4 (0 Healthy, 0.25 Degraded, 0.5–1 phases 1–3)", XY: phase}); err != nil {
 		return err
 	}
 	series := func(t *table, f func(int) float64) plotter.XYs {
