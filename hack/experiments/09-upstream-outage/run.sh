@@ -20,6 +20,7 @@
 # docs/experiments/img/.
 #
 #   RESULTS=/tmp/quotaplane-experiments/09-upstream-outage   raw output
+#   RUNS="sensing static"   which runs (default both)
 #   ANALYZE_ONLY=1   skip the runs
 set -euo pipefail
 
@@ -40,9 +41,9 @@ if [[ -z "${ANALYZE_ONLY:-}" ]]; then
 		--pidfile "$RESULTS/redis.pid" --logfile "$RESULTS/redis.log"
 	trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true' EXIT
 	until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
-	for sensing in true false; do
-		name=sensing
-		[[ $sensing == false ]] && name=static
+	for name in ${RUNS:-sensing static}; do
+		sensing=true
+		[[ $name == static ]] && sensing=false
 		redis-cli -p "$port" flushall >/dev/null
 		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$DIR/plane" -nodes 4 -redis-addr "127.0.0.1:$port" -workers 64 -seed 1 \
 			-rate 1800 -mix chat=1 -duration "$DURATION" -quiet \
