@@ -454,13 +454,12 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, ErrClosed
 	}
 	var d Decision
-	gp, gu, class := e.gate.route(&r)
+	gp, gu, class, cost := e.route(&r)
 	if gp == nil {
 		err := e.decideNow(ctx, &r, &d)
 		return d, err
 	}
-	cost, ok := gp.take(gu, class, &r, e.clock(), &d)
-	if !ok {
+	if !gp.take(gu, class, cost, e.clock(), &d) {
 		return d, nil
 	}
 	err := e.decideNow(ctx, &r, &d)
@@ -501,13 +500,12 @@ func (e *Engine) decideNow(ctx context.Context, r *Request, d *Decision) error {
 func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
 	nowUs := now.UnixMicro()
 	var d Decision
-	gp, gu, class := e.gate.route(&r)
+	gp, gu, class, cost := e.route(&r)
 	if gp == nil {
 		err := e.decideAt(nowUs, &r, &d)
 		return d, err
 	}
-	cost, ok := gp.take(gu, class, &r, nowUs, &d)
-	if !ok {
+	if !gp.take(gu, class, cost, nowUs, &d) {
 		return d, nil
 	}
 	err := e.decideAt(nowUs, &r, &d)

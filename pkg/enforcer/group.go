@@ -108,11 +108,11 @@ func (e *Engine) decideAll(ctx context.Context, now int64, rs []Request, ds []De
 		return false, err
 	}
 	var gg gatedGroup
-	clock := e.clock
-	if now != 0 {
-		clock = func() int64 { return now }
+	gateNow := now
+	if gateNow == 0 {
+		gateNow = e.clock()
 	}
-	if !e.takeGroup(rs, ds, clock, &gg) {
+	if !e.takeGroup(rs, ds, gateNow, &gg) {
 		return false, nil
 	}
 	allowed, err := e.decideAllUngated(ctx, now, rs, ds)

@@ -24,15 +24,15 @@ import (
 // node) and enforces its part of it (upstream.Part) in one token bucket per
 // class and upstream.
 //
-// A request on an endpoint that draws on an upstream that is not Healthy
-// is gated: a tenant whose class the phase suspends is refused before any
-// level is debited (Decision.Suspended: 503 with Retry-After, X-Outage-Mode
-// and X-Tier); one the levels admit then needs its cost from its class's
+// A valid request on an endpoint that draws on an upstream that is not
+// Healthy is gated before the levels: a tenant whose class the phase
+// suspends is refused (Decision.Suspended: 503 with Retry-After,
+// X-Outage-Mode and X-Tier); any other takes its cost from its class's
 // bucket, else it is denied at LevelUpstream (429) naming the reduced
-// limit. A request denied by its class has been counted at the levels it
-// passed, as a request Envoy denies at its last descriptor has been at the
-// others: the class bucket is what protects the upstream, and it is
-// tighter than the levels while the upstream is degraded.
+// limit. Either way no level is debited. What the class bucket gave is
+// given back when the levels refuse the request. A class's demand, which
+// sizes its allocation, is what its tenants' own limits let through plus
+// what the gate refused.
 //
 // While no upstream of the plane is degraded the gate costs a decision one
 // atomic load. Without Redis there is no plan and no gate.
@@ -53,21 +53,25 @@ type gate struct {
 	usage   usageState
 
 	// The loop's state (one goroutine).
-	held    *upstream.Plan
-	heldAt  int64         // µs, local clock, when held was last confirmed
-	heldAge time.Duration // held's age then (Redis TIME − its PublishedMs)
-	byName  map[string]*gateUpstream
-	scratch scheduler.Scratch
+	held       *upstream.Plan
+	heldAt     int64         // µs, local clock, when held was last confirmed
+	heldAge    time.Duration // held's age then (Redis TIME − its PublishedMs)
+	measuredAt int64         // µs, local clock, of the last demand measure
+	nodes      int           // the live nodes the last exchange counted
+	byName     map[string]*gateUpstream
+	scratch    scheduler.Scratch
 }
 
 // gatePlan is a plan as decisions use it.
 type gatePlan struct {
-	plan       *upstream.Plan
-	policy     *policy.Policy
-	ups        []*gateUpstream // in the plan's order
-	byEndpoint map[string]*gateUpstream
-	costs      map[string]int64 // the gated endpoints' costs
-	retryAfter time.Duration    // a suspended tenant's Retry-After: the cycle
+	plan   *upstream.Plan
+	policy *policy.Policy
+	ups    []*gateUpstream // in the plan's order
+	// byIndex is the degraded upstream each endpoint of policy draws on
+	// (nil: none), by the policy's endpoint index: requests name endpoints
+	// in any case (policy.ResolveEndpoint), as the levels take them.
+	byIndex    []*gateUpstream
+	retryAfter time.Duration // a suspended tenant's Retry-After: the cycle
 }
 
 // gateUpstream is one degraded upstream's state on this node. The plan's
@@ -79,10 +83,12 @@ type gateUpstream struct {
 	up      *upstream.UpstreamPlan
 	buckets [upstream.NumClasses]classBucket
 	reasons [upstream.NumClasses]string // a denial's reason, per class
-	// offered counts the class's demand since the last exchange (settle);
-	// demand is its moving average, tokens/s.
+	// offered counts the class's demand since the last exchange (settle,
+	// and what the class was refused, suspended or throttled); demand is
+	// its moving average, tokens/s. fleet is the fleet's as last read.
 	offered [upstream.NumClasses]int64
 	demand  [upstream.NumClasses]float64
+	fleet   classDemand
 	// shown is what Status reports: allocation and node part per class.
 	alloc, part [upstream.NumClasses]float64
 	confidence  float64
@@ -116,18 +122,26 @@ func (b *classBucket) take(cost float64, now int64) (ok bool, waitUs int64) {
 // gateBurst is how many seconds of its rate a class bucket holds.
 const gateBurst = 0.5
 
-// route finds the degraded upstream r's endpoint draws on and the class of
-// r's tenant on it; nil when the request is not gated.
-func (g *gate) route(r *Request) (*gatePlan, *gateUpstream, upstream.Class) {
-	gp := g.plan.Load()
-	if gp == nil {
-		return nil, nil, 0
+// route finds the degraded upstream r's endpoint draws on, the class of r's
+// tenant on it and r's cost; nil when the request is not gated. A request
+// the levels would refuse as invalid (its units, an unknown endpoint or
+// tenant, an api key not bound to the tenant) is not gated: the engine
+// answers it as it would without an outage, and nothing about the outage
+// is told to a caller that is not the tenant's.
+func (e *Engine) route(r *Request) (gp *gatePlan, gu *gateUpstream, class upstream.Class, cost int64) {
+	if gp = e.gate.plan.Load(); gp == nil {
+		return nil, nil, 0, 0
 	}
-	gu := gp.byEndpoint[r.Endpoint]
-	if gu == nil {
-		return nil, nil, 0
+	i, ok := gp.policy.ResolveEndpoint(r.Endpoint)
+	if !ok || gp.byIndex[i] == nil {
+		return nil, nil, 0, 0
 	}
-	return gp, gu, gp.classOf(gu, r)
+	_, cost, err := e.snap.Load().resolve(r)
+	if err != nil {
+		return nil, nil, 0, 0
+	}
+	gu = gp.byIndex[i]
+	return gp, gu, gp.classOf(gu, r), cost
 }
 
 // classOf is the class of r's tenant on gu: the plan's for a tenant it
@@ -156,50 +170,47 @@ func (gu *gateUpstream) plan() *upstream.UpstreamPlan {
 	return gu.up
 }
 
-// take admits r, before the levels, by its class on gu: its cost from the
-// class's bucket. It reports the cost taken, or fills d with the refusal:
-// a suspended class, or a bucket that cannot cover the cost.
-func (gp *gatePlan) take(gu *gateUpstream, class upstream.Class, r *Request, now int64, d *Decision) (cost int64, ok bool) {
-	cost = gp.costs[r.Endpoint] * max(r.Units, 1)
+// take admits a request of cost, before the levels, by its class on gu:
+// its cost from the class's bucket. It reports whether it did, or fills d
+// with the refusal: a suspended class, or a bucket that cannot cover the
+// cost. A refused request counts as its class's demand, so that a class
+// the recovery lets back in is allocated what it asks for.
+func (gp *gatePlan) take(gu *gateUpstream, class upstream.Class, cost, now int64, d *Decision) bool {
 	gu.mu.Lock()
 	defer gu.mu.Unlock()
+	gu.offered[class] += cost // given back by settle when the levels refuse it
 	if class == upstream.Suspended || gu.fractions[class] <= 0 {
 		gu.shed[0][class]++
 		*d = Decision{Level: LevelUpstream, Bound: LevelUpstream, RetryAfter: gp.retryAfter, Reason: gu.reasons[class],
 			Cost: cost, Upstream: gu.name, Class: upstream.Suspended.String(), Suspended: true}
-		return 0, false
+		return false
 	}
 	ok, waitUs := gu.buckets[class].take(float64(cost), now)
 	if ok {
-		return cost, true
+		return true
 	}
-	gu.offered[class] += cost // demand the class could not serve
 	gu.shed[1][class]++
-	retry := MaxRetryAfter
+	retry := gp.retryAfter // a class with no rate yet: the next cycle
 	if waitUs >= 0 {
 		retry = retryDuration(waitUs)
 	}
 	*d = Decision{Level: LevelUpstream, Bound: LevelUpstream, RetryAfter: retry, Reason: gu.reasons[class],
 		Cost: cost, Upstream: gu.name, Class: class.String()}
-	return 0, false
+	return false
 }
 
-// settle finishes a gated decision: what take took goes back when the
-// levels did not admit the request (or it could not be decided), and
-// counts as the class's demand when they did. A class's demand is what
-// its tenants' own limits let through (and what the class bucket refused):
-// a whale far over its tenant limit claims its limit, not its offer.
+// settle finishes a decision take admitted: what it took goes back when
+// the levels did not admit the request (or it could not be decided), and
+// no longer counts as demand. A class's demand is what its tenants' own
+// limits let through, and what the gate refused: a whale far over its
+// tenant limit claims its limit, not its offer.
 func (gu *gateUpstream) settle(class upstream.Class, cost int64, d *Decision, err error) {
-	if cost == 0 {
-		return
-	}
 	gu.mu.Lock()
 	defer gu.mu.Unlock()
 	if err != nil || !d.Allow {
 		b := &gu.buckets[class]
 		b.tokens = min(b.burst, b.tokens+float64(cost))
-	} else {
-		gu.offered[class] += cost
+		gu.offered[class] -= cost
 	}
 	if err == nil {
 		d.Upstream, d.Class = gu.name, class.String()
@@ -216,20 +227,20 @@ type gatedGroup struct {
 
 // takeGroup takes every gated request's cost, in order. When one is
 // refused the group is, at the upstream: every decision is that refusal,
-// and what was taken goes back.
-func (e *Engine) takeGroup(rs []Request, ds []Decision, now func() int64, gg *gatedGroup) bool {
-	gp := e.gate.plan.Load()
-	if gp == nil {
-		return true
-	}
+// and what was taken goes back. A group with a request the levels would
+// refuse as invalid is not gated (route): the engine refuses it whole.
+func (e *Engine) takeGroup(rs []Request, ds []Decision, now int64, gg *gatedGroup) bool {
 	for i := range rs {
-		gu := gp.byEndpoint[rs[i].Endpoint]
-		if gu == nil {
+		gp, gu, class, cost := e.route(&rs[i])
+		if gp == nil {
+			if _, _, err := e.snap.Load().resolve(&rs[i]); e.gate.plan.Load() != nil && err != nil {
+				e.settleGroup(rs[:i], ds[:i], gg, false, nil)
+				*gg = gatedGroup{}
+				return true
+			}
 			continue
 		}
-		gg.gus[i], gg.classes[i] = gu, gp.classOf(gu, &rs[i])
-		cost, ok := gp.take(gu, gg.classes[i], &rs[i], now(), &ds[i])
-		if !ok {
+		if !gp.take(gu, class, cost, now, &ds[i]) {
 			refusal := ds[i]
 			e.settleGroup(rs[:i], ds[:i], gg, false, nil)
 			for j := range ds {
@@ -237,7 +248,7 @@ func (e *Engine) takeGroup(rs []Request, ds []Decision, now func() int64, gg *ga
 			}
 			return false
 		}
-		gg.costs[i] = cost
+		gg.gus[i], gg.classes[i], gg.costs[i] = gu, class, cost
 	}
 	return true
 }
@@ -283,12 +294,11 @@ func (e *Engine) gateExchange() {
 	interval := p.Spec().ReconcileInterval
 	now := e.clock()
 	var ups []*gateUpstream
-	keys := []string{upstream.PlanKey(p.ID())}
-	args := []any{"0", e.nodeID, strconv.FormatInt(gateReportTTL*max(interval, 100*time.Millisecond).Milliseconds(), 10)}
-	seconds := 0.0
+	keys := []string{upstream.PlanKey(p.ID()), upstream.NodesKey(p.ID())}
+	args := []any{"", e.nodeID, strconv.FormatInt(gateReportTTL*max(interval, 100*time.Millisecond).Milliseconds(), 10)}
 	if g.held != nil {
-		args[0] = strconv.FormatInt(g.held.Seq, 10)
-		seconds = float64(now-g.heldAt) / 1e6
+		args[0] = planToken(g.held)
+		seconds := float64(now-g.measuredAt) / 1e6
 		for i := range g.held.Upstreams {
 			gu := g.byName[g.held.Upstreams[i].Name]
 			ups = append(ups, gu)
@@ -296,26 +306,29 @@ func (e *Engine) gateExchange() {
 			args = append(args, gu.measure(seconds))
 		}
 	}
+	g.measuredAt = now
 	ctx, cancel := context.WithTimeout(context.Background(), min(max(interval, 100*time.Millisecond), time.Second))
 	defer cancel()
 	if err := e.flushReports(ctx, p, now); err != nil {
 		e.logger.Warn("upstream reports not forwarded", "plane", p.ID(), "err", err)
 	}
 	reply, err := lua.Upstream.Run(ctx, e.redis, keys, args...).Slice()
-	if err == nil && len(reply) != 4+6*len(ups) {
-		err = fmt.Errorf("upstream.lua answered %d values, want %d", len(reply), 4+6*len(ups))
+	if err == nil && len(reply) != 5+6*len(ups) {
+		err = fmt.Errorf("upstream.lua answered %d values, want %d", len(reply), 5+6*len(ups))
 	}
 	if err != nil {
 		e.gateHold(p, now)
 		return
 	}
 	redisMs, _ := reply[0].(int64)
+	nodes, _ := reply[4].(int64)
+	g.nodes = int(max(nodes, 1))
 	if reply[1] == nil {
-		g.apply(e, nil, p, now) // no plan: every upstream is healthy
+		g.applyAt(e, nil, p, now, 0, nil) // no plan: every upstream is healthy
 		return
 	}
 	plan := g.held
-	if reply[3] != nil {
+	if reply[3] != nil || plan == nil {
 		fresh, perr := upstream.ParsePlan(reply[1], reply[2], reply[3])
 		if perr != nil {
 			e.logger.Warn("upstream plan unreadable; keeping the last one", "plane", p.ID(), "err", perr)
@@ -327,7 +340,7 @@ func (e *Engine) gateExchange() {
 	fleet := make(map[string]classDemand, len(ups))
 	for i, gu := range ups {
 		var fd classDemand
-		v := reply[4+6*i:]
+		v := reply[5+6*i:]
 		n, _ := v[0].(int64)
 		fd.nodes = int(n)
 		for c := range fd.demand {
@@ -338,6 +351,13 @@ func (e *Engine) gateExchange() {
 	}
 	g.heldAt, g.heldAge = now, time.Duration(max(redisMs-plan.PublishedMs, 0))*time.Millisecond
 	g.applyAt(e, plan, p, now, g.heldAge, fleet)
+}
+
+// planToken names a plan in the exchange: its seq and when it was
+// published, since a seq starts again at 1 when the plan's hash is gone
+// (expired, deleted, a Redis restart).
+func planToken(p *upstream.Plan) string {
+	return strconv.FormatInt(p.Seq, 10) + ":" + strconv.FormatInt(p.PublishedMs, 10)
 }
 
 type classDemand struct {
@@ -354,13 +374,13 @@ func (e *Engine) gateHold(p *policy.Policy, now int64) {
 	}
 	age := time.Duration(now-g.heldAt)*time.Microsecond + g.heldAge
 	if age >= upstream.PlanTTL {
-		g.apply(e, nil, p, now)
+		g.applyAt(e, nil, p, now, 0, nil)
 		return
 	}
 	g.applyAt(e, g.held, p, now, age, nil)
 }
 
-// measure folds the tokens offered since the last exchange into the node's
+// measure folds the tokens offered over the last seconds into the node's
 // demand average and returns the report upstream.lua stores.
 func (gu *gateUpstream) measure(seconds float64) string {
 	gu.mu.Lock()
@@ -372,7 +392,7 @@ func (gu *gateUpstream) measure(seconds float64) string {
 	}
 	for c := range gu.demand {
 		if seconds > 0 {
-			gu.demand[c] += alpha * (float64(gu.offered[c])/seconds - gu.demand[c])
+			gu.demand[c] += alpha * (max(float64(gu.offered[c]), 0)/seconds - gu.demand[c])
 		}
 		gu.offered[c] = 0
 		if c > 0 {
@@ -386,13 +406,9 @@ func (gu *gateUpstream) measure(seconds float64) string {
 // gateDemandWindow is the time constant of a node's class demand average.
 const gateDemandWindow = time.Second
 
-func (g *gate) apply(e *Engine, plan *upstream.Plan, p *policy.Policy, now int64) {
-	g.applyAt(e, plan, p, now, 0, nil)
-}
-
 // applyAt puts plan in force, age old; fleet is the fleet's demand per
-// upstream (nil: keep each upstream's last allocation's inputs). A nil
-// plan, or one with every upstream healthy, turns the gate off.
+// upstream, fresh from Redis (nil: Redis did not answer). A nil plan, or
+// one with every upstream healthy, turns the gate off.
 func (g *gate) applyAt(e *Engine, plan *upstream.Plan, p *policy.Policy, now int64, age time.Duration, fleet map[string]classDemand) {
 	if g.held != nil && (plan == nil || plan.Seq != g.held.Seq) {
 		e.logger.Info("upstream plan changed", "plane", p.ID(), "from", g.held.Seq, "to", planSeq(plan))
@@ -401,33 +417,34 @@ func (g *gate) applyAt(e *Engine, plan *upstream.Plan, p *policy.Policy, now int
 	if plan == nil {
 		g.plan.Store(nil)
 		g.shown.Store(nil)
+		g.byName = nil
 		return
 	}
-	if g.byName == nil {
-		g.byName = map[string]*gateUpstream{}
-	}
-	gp := &gatePlan{plan: plan, policy: p, byEndpoint: map[string]*gateUpstream{}, costs: map[string]int64{}, retryAfter: max(plan.Interval, time.Second)}
+	byName := make(map[string]*gateUpstream, len(plan.Upstreams)) // upstreams gone from the plan are forgotten
+	gp := &gatePlan{plan: plan, policy: p, byIndex: make([]*gateUpstream, len(p.Endpoints())), retryAfter: max(plan.Interval, time.Second)}
+	gated := false
 	for i := range plan.Upstreams {
 		up := &plan.Upstreams[i]
 		gu := g.byName[up.Name]
 		if gu == nil {
 			gu = &gateUpstream{name: up.Name}
-			g.byName[up.Name] = gu
 		}
-		fd, ok := fleet[up.Name]
-		gu.set(up, fd, ok, age, plan.Interval, now, &g.scratch)
+		byName[up.Name] = gu
+		fd, fresh := fleet[up.Name]
+		gu.set(up, fd, fresh, fleet != nil, g.nodes, age, plan.Interval, now, &g.scratch)
 		gp.ups = append(gp.ups, gu)
 		if up.Phase == upstream.Healthy {
 			continue
 		}
 		for _, ep := range up.Endpoints {
 			if i, ok := p.EndpointIndex(ep); ok { // a plan may be a cycle behind the policy
-				gp.byEndpoint[ep], gp.costs[ep] = gu, p.Endpoints()[i].Cost
+				gp.byIndex[i], gated = gu, true
 			}
 		}
 	}
+	g.byName = byName
 	g.shown.Store(gp)
-	if len(gp.byEndpoint) == 0 {
+	if !gated {
 		g.plan.Store(nil)
 		return
 	}
@@ -442,29 +459,33 @@ func planSeq(p *upstream.Plan) int64 {
 }
 
 // set puts up in force on this node: the allocation of the capacity left
-// (confidence decayed by age beyond one interval) over the classes, from
-// the fleet's demand, and this node's part of each.
-func (gu *gateUpstream) set(up *upstream.UpstreamPlan, fd classDemand, fresh bool, age, interval time.Duration, now int64, scratch *scheduler.Scratch) {
+// (confidence decayed by age beyond one interval) over the classes, and
+// this node's part of each. With the fleet's demand fresh from Redis
+// (fresh), the parts follow it; an upstream new to this node (no demand
+// reported yet, though Redis answered: reached) takes an even part of
+// nodes, the live nodes the exchange counts; while Redis is away
+// (!reached) every part stays as it was, so that no node takes more of the
+// fleet's allocation than it had.
+func (gu *gateUpstream) set(up *upstream.UpstreamPlan, fd classDemand, fresh, reached bool, nodes int, age, interval time.Duration, now int64, scratch *scheduler.Scratch) {
 	gu.mu.Lock()
 	defer gu.mu.Unlock()
 	gu.up = up
 	gu.confidence = max(0, up.Confidence-upstream.Staleness(age-interval))
 	gu.fractions = up.Phase.Fractions()
-	if !fresh {
-		fd = classDemand{nodes: 1, demand: gu.demand}
-		if gu.alloc != ([upstream.NumClasses]float64{}) {
-			// Redis is away: keep each class's part as it was.
-			for c := range fd.demand {
-				if gu.part[c] > 0 {
-					fd.demand[c] = gu.demand[c] / gu.part[c]
-				}
-			}
-		}
+	keepParts := false
+	switch {
+	case fresh:
+		gu.fleet = fd
+	case reached || gu.fleet.nodes == 0:
+		gu.fleet = classDemand{nodes: nodes} // no demand known yet: even parts
+	default:
+		keepParts = true // Redis away: the last fleet demand, the last parts
 	}
-	capacity := up.Now(gu.confidence)
-	upstream.Allocate(capacity, up.Reserve, fd.demand, gu.fractions, &gu.alloc, scratch)
+	upstream.Allocate(up.Now(gu.confidence), up.Reserve, gu.fleet.demand, gu.fractions, &gu.alloc, scratch)
 	for c := range gu.buckets {
-		gu.part[c] = upstream.Part(gu.demand[c], fd.demand[c], fd.nodes)
+		if !keepParts {
+			gu.part[c] = upstream.Part(gu.demand[c], gu.fleet.demand[c], gu.fleet.nodes)
+		}
 		b := &gu.buckets[c]
 		if b.last != 0 {
 			b.tokens = min(b.tokens+b.rate*float64(max(now-b.last, 0))/1e6, b.burst) // settle at the old rate
@@ -530,13 +551,20 @@ func (e *Engine) UpstreamStatus() []UpstreamStatus {
 	return out
 }
 
-// TenantUpstream is a tenant's class on one upstream of the plan in force.
+// TenantUpstream is a tenant's class on one upstream of the plan in force,
+// and why.
 type TenantUpstream struct {
 	Upstream, Phase, Class string
+	// Confidence is the plan's, decayed by its age; Allocation the class's
+	// fleet-wide rate while the upstream is degraded (tokens/s).
+	Confidence, Allocation float64
 	// Score is the tenant's priority score as the leader last computed it;
 	// Named says the plan names the tenant (else its class is its tier's).
 	Score float64
 	Named bool
+	// Why says, in words, why the tenant has its class and what the
+	// upstream's phase lets that class have.
+	Why string
 }
 
 // TenantUpstreams reports the class of the tenant named (of tier, for one
@@ -549,35 +577,17 @@ func (e *Engine) TenantUpstreams(tenant, tier string) []TenantUpstream {
 	r := Request{Tenant: tenant, Tier: tier}
 	var out []TenantUpstream
 	for _, gu := range gp.ups {
-		up := gu.plan()
-		tc, named := up.Tenants[tenant]
-		out = append(out, TenantUpstream{Upstream: gu.name, Phase: up.Phase.String(), Class: gp.classOf(gu, &r).String(), Score: tc.Score, Named: named})
-	}
-	return out
-}
-
-// UpstreamWhy says, in words, why the tenant named (of tier, for one the
-// plane does not name) has its class on the upstream named, and what the
-// upstream's phase lets that class have.
-func (e *Engine) UpstreamWhy(tenant, tier, name string) string {
-	gp := e.gate.shown.Load()
-	if gp == nil {
-		return ""
-	}
-	for _, gu := range gp.ups {
-		if gu.name != name {
-			continue
-		}
-		r := Request{Tenant: tenant, Tier: tier}
 		class := gp.classOf(gu, &r)
 		gu.mu.Lock()
-		defer gu.mu.Unlock()
 		up := gu.up
+		tc, named := up.Tenants[tenant]
+		tu := TenantUpstream{Upstream: gu.name, Phase: up.Phase.String(), Class: class.String(), Confidence: gu.confidence,
+			Score: tc.Score, Named: named}
 		var b strings.Builder
-		if tc, ok := up.Tenants[tenant]; ok {
+		if named {
 			fmt.Fprintf(&b, "the leader's last cycle classed it %s: priority score %.2f (%s) at confidence %.2f", tc.Class, tc.Score, scoreTerms(gp.policy, tenant, tc.Score), up.Confidence)
 		} else {
-			fmt.Fprintf(&b, "the plan does not name it: it has its tier's class, %s", class)
+			fmt.Fprintf(&b, "its class is its tier's, %s", class)
 		}
 		switch f := gu.fractions[class]; {
 		case up.Phase == upstream.Healthy:
@@ -585,13 +595,17 @@ func (e *Engine) UpstreamWhy(tenant, tier, name string) string {
 		case class == upstream.Suspended || f <= 0:
 			fmt.Fprintf(&b, "; in %s class %s gets none of the upstream (503 until it recovers)", up.Phase, class)
 		case f < 1:
+			tu.Allocation = gu.alloc[class]
 			fmt.Fprintf(&b, "; in %s class %s gets %.0f%% of its demand, %.1f tokens/s fleet-wide", up.Phase, class, 100*f, gu.alloc[class])
 		default:
+			tu.Allocation = gu.alloc[class]
 			fmt.Fprintf(&b, "; in %s class %s shares the upstream by weight %.1f: %.1f tokens/s fleet-wide", up.Phase, class, upstream.ClassWeights[class], gu.alloc[class])
 		}
-		return b.String()
+		gu.mu.Unlock()
+		tu.Why = b.String()
+		out = append(out, tu)
 	}
-	return ""
+	return out
 }
 
 // scoreTerms spells out a named tenant's priority score (seed 004's

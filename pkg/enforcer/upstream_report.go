@@ -116,7 +116,10 @@ func (e *Engine) flushReports(ctx context.Context, p *policy.Policy, now int64) 
 	pending := pr.byName
 	pr.byName = nil
 	pr.mu.Unlock()
-	usage := e.usageReport(now)
+	var usage *upstream.Usage
+	if e.gate.held != nil { // a plane with upstreams: its leader publishes a plan every cycle
+		usage = e.usageReport(now)
+	}
 	if len(pending) == 0 && usage == nil {
 		return nil
 	}
@@ -126,8 +129,7 @@ func (e *Engine) flushReports(ctx context.Context, p *policy.Policy, now int64) 
 			if err != nil {
 				return err
 			}
-			pipe.HSet(ctx, upstream.UsageKey(p.ID()), e.nodeID, body)
-			pipe.PExpire(ctx, upstream.UsageKey(p.ID()), 3*upstream.UsageInterval)
+			pipe.Set(ctx, upstream.UsageKey(p.ID(), e.nodeID), body, 3*upstream.UsageInterval)
 		}
 		for name, r := range pending {
 			r.AtMs = now / 1000
@@ -146,10 +148,11 @@ func (e *Engine) flushReports(ctx context.Context, p *policy.Policy, now int64) 
 }
 
 // Usage: the leader's priority score counts a tenant's live usage ratio
-// (seed 004: usage over allocation). Every upstream.UsageInterval each enforcer
-// reports the rate its busiest named tenants were admitted at, tokens/s,
-// in the hash upstream.UsageKey (field: node id; upstream.Usage); the
-// leader sums the live nodes' and divides by each tenant's limit.
+// (seed 004: usage over allocation). Every upstream.UsageInterval each
+// enforcer that holds a plan reports the rate its busiest named tenants
+// were admitted at, tokens/s (upstream.Usage, under upstream.UsageKey,
+// expiring); the leader sums the live nodes' and divides by each tenant's
+// limit.
 
 // usageTenants bounds a usage report.
 const usageTenants = 512

@@ -131,7 +131,7 @@ func TestUpstreamGate(t *testing.T) {
 	t.Logf("admitted on the upstream: gold %.2f/s, silver %.2f/s", gold, silver)
 	// Each node reported its named tenants' admitted rates for the
 	// leader's usage ratio: gold (on a only) at about 30/s.
-	raw, err := srv.Client().HGet(context.Background(), upstream.UsageKey(p.ID()), "a").Result()
+	raw, err := srv.Client().Get(context.Background(), upstream.UsageKey(p.ID(), "a")).Result()
 	var usage upstream.Usage
 	if err != nil || json.Unmarshal([]byte(raw), &usage) != nil || usage.Rates["gold"] < 25 || usage.Rates["gold"] > 35 {
 		t.Errorf("node a's usage report %q (%v), want gold at about 30 tokens/s", raw, err)

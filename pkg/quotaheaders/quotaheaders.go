@@ -13,7 +13,8 @@
 // bounds the answer (r tokens remaining, t seconds until a retry passes or,
 // when allowed, until that level is full again): the IETF httpapi ratelimit
 // header fields. On a denial also Retry-After (whole seconds, rounded up,
-// at least 1), X-Quota-Level (global|tenant|endpoint|key) and X-Quota-Reason.
+// at least 1), X-Quota-Level (global|tenant|endpoint|key, or upstream for a
+// degraded upstream's gate) and X-Quota-Reason.
 package quotaheaders
 
 import (

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/quotaplane/quotaplane/pkg/upstream"
-
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
@@ -286,16 +284,10 @@ func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus
 // upstreamsView is the tenant's class on every upstream of the plan in
 // force, and why.
 func upstreamsView(e *enforcer.Engine, tenant, tier string) []debugUpstream {
-	status := e.UpstreamStatus()
 	var out []debugUpstream
-	for i, tu := range e.TenantUpstreams(tenant, tier) {
-		u := status[i]
-		du := debugUpstream{Upstream: tu.Upstream, Phase: tu.Phase, Confidence: u.Confidence, Class: tu.Class, Score: tu.Score}
-		if class, ok := upstream.ParseClass(tu.Class); ok && tu.Phase != upstream.Healthy.String() {
-			du.AllocationPerSec = u.Classes[class].Allocation
-		}
-		du.Why = e.UpstreamWhy(tenant, tier, tu.Upstream)
-		out = append(out, du)
+	for _, tu := range e.TenantUpstreams(tenant, tier) {
+		out = append(out, debugUpstream{Upstream: tu.Upstream, Phase: tu.Phase, Confidence: tu.Confidence, Class: tu.Class,
+			Score: tu.Score, AllocationPerSec: tu.Allocation, Why: tu.Why})
 	}
 	return out
 }

@@ -226,7 +226,7 @@ func (l *Leader) RunCycle(ctx context.Context) *Cycle {
 		c.Err = err
 		return c
 	}
-	usage := l.usage(ctx, start)
+	usage := l.usage(ctx)
 	plan := &Plan{Plane: l.Plane}
 	lowest := 1.0
 	for _, spec := range specs {
@@ -287,9 +287,13 @@ func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]flo
 
 	capacity := spec.Capacity.PerSecond()
 	up := UpstreamPlan{Name: spec.Name, Endpoints: spec.Endpoints, Capacity: capacity, Confidence: conf, Phase: uc.Phase,
-		Tenants: make(map[string]TenantClass, len(p.Spec().Tenants)), Tiers: map[string]Class{}}
+		Tenants: map[string]TenantClass{}, Tiers: map[string]Class{}}
 	if st.Limit > 0 && spec.Sensing && params.QuotaSignal == QuotaSignalLimit {
 		up.Ceiling = float64(st.Limit) / spec.Capacity.Period.Seconds()
+	}
+	for _, tier := range p.Spec().Tiers {
+		base := p.PriorityBase(tier.Name)
+		up.Tiers[tier.Name], _ = classify(&s.classes, tierKey(tier.Name), base, conf, base)
 	}
 	for _, t := range p.Spec().Tenants {
 		base := p.PriorityBase(t.Tier)
@@ -304,14 +308,14 @@ func (l *Leader) cycleUpstream(p *policy.Policy, s *sensed, usage map[string]flo
 			uc.Changes = append(uc.Changes, ClassChange{Tenant: t.Name, From: old, To: class, Score: score})
 		}
 		uc.Classes[class]++
-		up.Tenants[t.Name] = TenantClass{Class: class, Score: score}
+		if class != up.Tiers[t.Tier] {
+			// Only the tenants whose class is not their tier's: the plan
+			// stays small however many tenants the plane names.
+			up.Tenants[t.Name] = TenantClass{Class: class, Score: score}
+		}
 		if class == Critical {
 			up.Reserve += nominal(t.Limit, capacity)
 		}
-	}
-	for _, tier := range p.Spec().Tiers {
-		base := p.PriorityBase(tier.Name)
-		up.Tiers[tier.Name], _ = classify(&s.classes, tierKey(tier.Name), base, conf, base)
 	}
 	s.classes.EndCycle()
 	up.Reserve = min(up.Reserve, capacity)
@@ -376,13 +380,35 @@ func (l *Leader) restore(ctx context.Context) {
 // sync makes l.ups the upstreams of specs: new ones start Healthy, removed
 // ones are forgotten, changed ones keep their state under the new spec.
 func (l *Leader) sync(ctx context.Context, specs []policy.Upstream) error {
+	// Probers first, without the lock: a Secret header is a call to the
+	// API server, and probes finishing meanwhile take the lock. Secret
+	// headers are read again each cycle: a rotated key is picked up
+	// within one.
+	type built struct {
+		prober *Prober
+		err    error
+	}
+	probers := make([]*built, len(specs))
+	l.mu.Lock()
+	for i, spec := range specs {
+		s := l.ups[spec.Name]
+		if s == nil || !probeEqual(s.spec.Probe, spec.Probe) || s.prober == nil && spec.Probe != nil || hasSecret(spec.Probe) {
+			probers[i] = &built{}
+		}
+	}
+	l.mu.Unlock()
+	for i, b := range probers {
+		if b != nil {
+			b.prober, b.err = l.prober(ctx, specs[i].Probe)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ups == nil {
 		l.ups = map[string]*sensed{}
 	}
 	keep := map[string]bool{}
-	for _, spec := range specs {
+	for i, spec := range specs {
 		keep[spec.Name] = true
 		s := l.ups[spec.Name]
 		if s == nil {
@@ -392,18 +418,14 @@ func (l *Leader) sync(ctx context.Context, specs []policy.Upstream) error {
 		if s.window == nil || s.window.Span() != spec.Window {
 			s.window = NewWindow(spec.Window, DefaultWindowCap)
 		}
-		changed := !probeEqual(s.spec.Probe, spec.Probe)
-		if changed || s.prober == nil && spec.Probe != nil || hasSecret(spec.Probe) {
-			// Secret headers are read again each cycle: a rotated key is
-			// picked up within one.
-			prober, err := l.prober(ctx, spec.Probe)
-			if err != nil {
-				s.lastFailure = err.Error()
+		if b := probers[i]; b != nil {
+			if b.err != nil {
+				s.lastFailure = b.err.Error()
 			}
-			s.prober = prober
-			if changed {
+			if !probeEqual(s.spec.Probe, spec.Probe) {
 				s.nextProbe = time.Time{}
 			}
+			s.prober = b.prober
 		}
 		s.spec = spec
 	}
@@ -521,17 +543,29 @@ func lowerReading(remaining, limit int64, r Reading) bool {
 
 // usage sums the live enforcers' usage reports: each named tenant's
 // admitted rate, tokens/s.
-func (l *Leader) usage(ctx context.Context, now time.Time) map[string]float64 {
-	raw, err := l.Redis.HGetAll(ctx, UsageKey(l.Plane)).Result()
+func (l *Leader) usage(ctx context.Context) map[string]float64 {
+	nodes, err := l.Redis.HKeys(ctx, NodesKey(l.Plane)).Result()
+	if err != nil || len(nodes) == 0 {
+		if err != nil {
+			l.logger().Warn("upstream usage not read; usage ratios count as 0", "plane", l.Plane, "err", err)
+		}
+		return nil
+	}
+	keys := make([]string, len(nodes))
+	for i, n := range nodes {
+		keys[i] = UsageKey(l.Plane, n)
+	}
+	raw, err := l.Redis.MGet(ctx, keys...).Result()
 	if err != nil {
 		l.logger().Warn("upstream usage not read; usage ratios count as 0", "plane", l.Plane, "err", err)
 		return nil
 	}
 	sum := map[string]float64{}
 	for _, r := range raw {
+		s, ok := r.(string)
 		var u Usage
-		if err := json.Unmarshal([]byte(r), &u); err != nil || now.Sub(time.UnixMilli(u.AtMs)) > 3*UsageInterval {
-			continue // unreadable, or a node gone
+		if !ok || json.Unmarshal([]byte(s), &u) != nil {
+			continue // expired (a node gone) or unreadable
 		}
 		for tenant, rate := range u.Rates {
 			if rate > 0 {

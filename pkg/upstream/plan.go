@@ -175,10 +175,11 @@ type UpstreamPlan struct {
 	// Reserve is what critical tenants are reserved first: the sum of
 	// their nominal allocations (tokens per second), at most Capacity.
 	Reserve float64 `json:"reserve"`
-	// Tenants are the classes (and scores) of the tenants the plane names.
+	// Tiers are each tier's class: the class of its tenants, but for those
+	// in Tenants, the named tenants whose own class differs (and their
+	// scores).
+	Tiers   map[string]Class       `json:"tiers,omitempty"`
 	Tenants map[string]TenantClass `json:"tenants,omitempty"`
-	// Tiers are the classes of tenants the plane does not name, by tier.
-	Tiers map[string]Class `json:"tiers,omitempty"`
 }
 
 // TenantClass is a tenant's class and the score it came from.
@@ -228,9 +229,15 @@ func ReportsKey(plane, upstream string) string {
 	return "qp:{" + plane + "}:upstream:" + upstream + ":reports"
 }
 
-// UsageKey is the hash where enforcers report their busiest tenants' usage
-// ratios (field: node id).
-func UsageKey(plane string) string { return "qp:{" + plane + "}:upstream:usage" }
+// NodesKey is the hash of the enforcers that exchange with the plan (field:
+// node id, value: the ms of Redis TIME of its last exchange), pruned of
+// the silent ones at every exchange: the fleet the leader reads usage of,
+// and an enforcer's count of live nodes.
+func NodesKey(plane string) string { return "qp:{" + plane + "}:upstream:nodes" }
+
+// UsageKey is where enforcer node reports its busiest tenants' admitted
+// rates (Usage), expiring three UsageIntervals after its last report.
+func UsageKey(plane, node string) string { return "qp:{" + plane + "}:upstream:usage:" + node }
 
 // Encode returns the plan's JSON.
 func (p *Plan) Encode() ([]byte, error) { return json.Marshal(p) }
@@ -312,12 +319,10 @@ const MaxReports = 1024
 func IsError(status int) bool { return status == 0 || status == 429 || status >= 500 }
 
 // Usage is one enforcer's report of the rates its busiest named tenants
-// were admitted at (tokens/s, over its last report interval), JSON in the
-// hash UsageKey under the node's id: the leader's usage ratio is the live
-// nodes' sum over the tenant's limit.
-//
-// An enforcer reports every UsageInterval; the hash expires three intervals
-// after the last report, and the leader counts a report for as long.
+// were admitted at (tokens/s, over its last report interval), JSON under
+// UsageKey: the leader's usage ratio is the live nodes' (NodesKey) sum
+// over the tenant's limit. An enforcer holding a plan reports every
+// UsageInterval.
 type Usage struct {
 	Node  string             `json:"node"`
 	AtMs  int64              `json:"atMs"`
