@@ -24,16 +24,7 @@ import (
 // the upstream; passive reports are taken or refused with a reason, and
 // reach the leader's list in Redis.
 func TestUpstreamOutageOverHTTP(t *testing.T) {
-	srv := redistest.Start(t)
-	p, err := policy.LoadFS(samples.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := enforcer.New(p, enforcer.WithRedis(srv.Client()), enforcer.WithNodeID("n1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	srv, p, e := sampleEngineOnRedis(t)
 	plan := &upstream.Plan{Plane: p.ID(), Interval: 30 * time.Second, Upstreams: []upstream.UpstreamPlan{{
 		Name: "llm", Endpoints: []string{"export"}, Capacity: 100, Confidence: 0.55, Phase: upstream.Phase1,
 		Tenants: map[string]upstream.TenantClass{"acme": {Class: upstream.Critical, Score: 0.467}},
@@ -142,16 +133,7 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 // TestUpstreamReportBatch: a report of many calls to one upstream is one
 // upstream, not as many as it has calls; a 17th upstream is refused.
 func TestUpstreamReportBatch(t *testing.T) {
-	srv := redistest.Start(t)
-	p, err := policy.LoadFS(samples.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := enforcer.New(p, enforcer.WithRedis(srv.Client()), enforcer.WithNodeID("n1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	_, _, e := sampleEngineOnRedis(t)
 	calls := make([]enforcer.UpstreamCall, 1000)
 	for i := range calls {
 		calls[i] = enforcer.UpstreamCall{Upstream: "llm", Status: 200}
@@ -167,4 +149,21 @@ func TestUpstreamReportBatch(t *testing.T) {
 	if err := e.ReportUpstream([]enforcer.UpstreamCall{{Upstream: "one-too-many", Status: 200}}); err == nil {
 		t.Errorf("a %dth upstream was taken", upstream.MaxUpstreams+1)
 	}
+}
+
+// sampleEngineOnRedis is an engine of the sample plane on a real Redis, as
+// node n1.
+func sampleEngineOnRedis(t *testing.T) (*redistest.Server, *policy.Policy, *enforcer.Engine) {
+	t.Helper()
+	srv := redistest.Start(t)
+	p, err := policy.LoadFS(samples.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(p, enforcer.WithRedis(srv.Client()), enforcer.WithNodeID("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return srv, p, e
 }
