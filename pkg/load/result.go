@@ -203,8 +203,12 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "profile: %s\n", r.Profile)
 	fmt.Fprintf(w, "decided %d requests in %.1fs of wall time (%.0f/s); errors %d\n", r.Totals.Offered, r.Wall, r.DecisionsPerWallSec, r.Errors)
 	rate := func(n int64) float64 { return float64(n) / r.Measured }
-	fmt.Fprintf(w, "after the warmup: offered %.0f/s, admitted %.0f/s; denied/s global %.0f, tenant %.0f, endpoint %.0f, key %.0f\n",
+	fmt.Fprintf(w, "after the warmup: offered %.0f/s, admitted %.0f/s; denied/s global %.0f, tenant %.0f, endpoint %.0f, key %.0f",
 		rate(r.Totals.Offered), rate(r.Totals.Admitted), rate(r.Totals.Denied[0]), rate(r.Totals.Denied[1]), rate(r.Totals.Denied[2]), rate(r.Totals.Denied[3]))
+	if r.Totals.DeniedUpstream > 0 {
+		fmt.Fprintf(w, ", upstream %.0f", rate(r.Totals.DeniedUpstream))
+	}
+	fmt.Fprintln(w)
 	for _, tier := range Tiers {
 		t := r.Tiers[tier]
 		fmt.Fprintf(w, "  %-10s offered %9.0f/s admitted %9.0f/s\n", tier, rate(t.Offered), rate(t.Admitted))

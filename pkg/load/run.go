@@ -303,6 +303,8 @@ func (w *worker) run(ctx context.Context, s *stream, c *counts, start time.Time,
 				tc.Admitted++
 				tc.AdmittedTokens += d.Cost
 				tc.Borrowed += d.Borrowed
+			} else if d.Level == enforcer.LevelUpstream {
+				tc.DeniedUpstream++
 			} else {
 				tc.Denied[levelIndex(d.Level)]++
 			}

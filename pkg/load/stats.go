@@ -89,7 +89,10 @@ func levelIndex(l enforcer.Level) int {
 type TenantCount struct {
 	Offered, Admitted int64          // requests
 	Denied            [nLevels]int64 // by level: global, tenant, endpoint, key
-	Borrowed          int64          // tokens from the burst pool
+	// DeniedUpstream counts the requests a degraded upstream's gate
+	// refused (enforcer.LevelUpstream: suspended or throttled).
+	DeniedUpstream int64
+	Borrowed       int64 // tokens from the burst pool
 	// OfferedTokens and AdmittedTokens count the requests' costs (endpoint
 	// cost × units), as the limits do: in-process targets only (an HTTP
 	// answer does not say what a request cost).
@@ -100,6 +103,7 @@ func (t *TenantCount) add(u *TenantCount) {
 	t.Offered += u.Offered
 	t.Admitted += u.Admitted
 	t.Borrowed += u.Borrowed
+	t.DeniedUpstream += u.DeniedUpstream
 	t.OfferedTokens += u.OfferedTokens
 	t.AdmittedTokens += u.AdmittedTokens
 	for l := range t.Denied {
