@@ -479,7 +479,7 @@ func (l *Leader) prober(ctx context.Context, ps *policy.Probe) (*Prober, error) 
 // cycle into s's window as one batch: every call and error, a sample of
 // CycleLatencies latencies that keeps the batch's distribution (evenly
 // spaced ranks of the sorted latencies), and the lowest rate-limit reading
-// of the cycle. A window holds a bounded number of records (one per
+// of the cycle by the upstream's quota signal (lowerReading). A window holds a bounded number of records (one per
 // latency): the enforcers' reports, hundreds a second, would otherwise
 // push out all but the last seconds, and the window would not be the
 // span it says. Reports are dropped once read; an unreadable one is
@@ -493,6 +493,7 @@ func (l *Leader) drain(ctx context.Context, s *sensed, now time.Time) {
 	var n, errs int
 	var latencies []time.Duration
 	low := NoReading
+	byLimit := s.spec.QuotaSignal == policy.QuotaSignalLimit
 	for _, r := range raw {
 		var rep Report
 		if err := json.Unmarshal([]byte(r), &rep); err != nil {
@@ -508,7 +509,7 @@ func (l *Leader) drain(ctx context.Context, s *sensed, now time.Time) {
 				latencies = append(latencies, time.Duration(ms*float64(time.Millisecond)))
 			}
 		}
-		if ValidReading(rep.Remaining, rep.Limit) && (!low.Known() || lowerReading(rep.Remaining, rep.Limit, low)) {
+		if ValidReading(rep.Remaining, rep.Limit) && (!low.Known() || lowerReading(rep.Remaining, rep.Limit, low, byLimit)) {
 			low = Reading{Remaining: rep.Remaining, Limit: rep.Limit}
 		}
 	}
@@ -534,10 +535,18 @@ func (l *Leader) drain(ctx context.Context, s *sensed, now time.Time) {
 // DefaultWindowCap.
 const CycleLatencies = 128
 
-// lowerReading says whether remaining of limit leaves a smaller share than
-// r, or, at the same share, states a lower limit.
-func lowerReading(remaining, limit int64, r Reading) bool {
+// lowerReading says whether remaining of limit is lower than r by the
+// quota signal: a smaller share left (Remaining), at the same share a lower
+// limit; or, byLimit (quotaSignal Limit), a lower limit, at the same limit
+// a smaller share left. By share alone, a cycle that straddles a cut limit
+// would keep a report from before the cut, its window nearly spent, and
+// read the old limit as the cycle's (experiment 9's first degraded cycle
+// did: a ceiling of 2,000/s while the provider granted 800).
+func lowerReading(remaining, limit int64, r Reading, byLimit bool) bool {
 	a, b := float64(remaining)/float64(limit), float64(r.Remaining)/float64(r.Limit)
+	if byLimit {
+		return limit < r.Limit || limit == r.Limit && a < b
+	}
 	return a < b || a == b && limit < r.Limit
 }
 

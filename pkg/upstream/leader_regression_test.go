@@ -6,7 +6,9 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -122,5 +125,45 @@ func TestReviewLeaderHealthyUpstreamDegradesOnProbeAge(t *testing.T) {
 	}
 	if plan, _ := ReadPlan(context.Background(), srv.Client(), l.Plane); plan != nil && plan.Upstreams[0].Tiers["free"] == Suspended {
 		t.Errorf("the plan suspends the free tier on a healthy upstream (phase %s)", plan.Upstreams[0].Phase)
+	}
+}
+
+// TestLeaderCycleReadsTheLowestLimit: under quotaSignal Limit, a cycle's
+// passive reports that straddle a cut limit must give the cut one. The
+// cycle took the reading with the smallest share left instead: a report
+// sent just before the cut, its minute nearly spent (1,000 of 36,000
+// left), beat one after it (10,000 of 12,000 left), so the first degraded
+// cycle of experiment 9 read the old limit, set no ceiling and sent the
+// provider 60 % more than it granted for a whole cycle.
+func TestLeaderCycleReadsTheLowestLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer provider.Close()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	l := testLeader(t, srv, provider.URL, &clock)
+	load := l.Load
+	l.Load = func(ctx context.Context) (*policy.Policy, []policy.Upstream, error) {
+		p, specs, err := load(ctx)
+		specs[0].QuotaSignal, specs[0].Capacity = policy.QuotaSignalLimit, policy.Rate{Rate: 36000, Period: time.Minute}
+		return p, specs, err
+	}
+	ctx := context.Background()
+	for _, r := range []Report{
+		{Node: "a", N: 100, Remaining: 1000, Limit: 36000},  // before the cut
+		{Node: "b", N: 100, Remaining: 10000, Limit: 12000}, // after it
+	} {
+		body, _ := json.Marshal(r)
+		if err := srv.Client().RPush(ctx, ReportsKey(l.Plane, "llm"), body).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := l.RunCycle(ctx)
+	plan, err := ReadPlan(ctx, srv.Client(), l.Plane)
+	if c.Err != nil || err != nil || plan == nil {
+		t.Fatalf("cycle %v, plan %v %v", c.Err, plan, err)
+	}
+	if up := plan.Upstreams[0]; up.Ceiling != 200 || math.Abs(c.Upstreams[0].Terms.Quota-0.2) > 1e-9 {
+		t.Errorf("ceiling %v/s, quota term %.3f; want the cut limit's 12,000/min = 200/s and 0.3·(1 − 12,000/36,000) = 0.2", up.Ceiling, c.Upstreams[0].Terms.Quota)
 	}
 }
