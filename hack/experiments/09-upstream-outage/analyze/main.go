@@ -21,6 +21,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/quotaplane/quotaplane/pkg/load"
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/upstream"
 	"github.com/quotaplane/quotaplane/pkg/upstream/upstreamtest"
 )
@@ -29,10 +30,10 @@ func main() {
 	results := flag.String("results", "/tmp/quotaplane-experiments/09-upstream-outage", "the runs")
 	timeline := flag.String("timeline", "hack/experiments/09-upstream-outage/timeline.json", "the fake upstream's timeline")
 	img := flag.String("img", "docs/experiments/img", "where the PNGs go")
-	reserve := flag.Float64("reserve", 300, "the critical tenants' nominal allocation, tokens/s")
+	plane := flag.String("plane", "hack/experiments/09-upstream-outage/plane", "the plane (its named tenants are the critical ones)")
 	outageEnd := flag.Duration("outage-end", 460*time.Second, "when the timeline is healthy for good")
 	flag.Parse()
-	if err := do(*results, *timeline, *img, *reserve, *outageEnd); err != nil {
+	if err := do(*results, *timeline, *img, *plane, *outageEnd); err != nil {
 		fmt.Fprintln(os.Stderr, "analyze:", err)
 		os.Exit(1)
 	}
@@ -83,7 +84,32 @@ func upstreamLoad(t *table, row int) float64 {
 	return sum
 }
 
-func do(results, timelineFile, img string, reserve float64, outageEnd time.Duration) error {
+// nominal is what the plane's named tenants (experiment 9's critical ones)
+// are owed on the upstream in a run, tokens/s: each its nominal allocation,
+// its own limit's rate, or what it offered if less (tenants.csv).
+func nominal(planeDir, tenantsCSV string) (float64, error) {
+	objs, err := policy.ReadDir(planeDir)
+	if err != nil {
+		return 0, err
+	}
+	p, problems := policy.Compile(objs)
+	if len(problems) > 0 {
+		return 0, fmt.Errorf("%s: %v", planeDir, problems)
+	}
+	rows, err := load.ReadTenantsCSV(tenantsCSV)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, r := range rows {
+		if t, ok := p.Tenant(r.Name); ok && t.Limit != nil {
+			sum += min(float64(t.Limit.Rate)/t.Limit.Period.Seconds(), r.OfferedTokensPerSec)
+		}
+	}
+	return sum, nil
+}
+
+func do(results, timelineFile, img, planeDir string, outageEnd time.Duration) error {
 	raw, err := os.ReadFile(timelineFile)
 	if err != nil {
 		return err
@@ -127,13 +153,20 @@ func do(results, timelineFile, img string, reserve float64, outageEnd time.Durat
 	from, to := int(math.Ceil(first)), int(outageEnd.Seconds())
 
 	fmt.Printf("Outage from %.0f s; the leader's first cycle out of Healthy at %.1f s; measured over [%d s, %d s) (outage and flapping).\n\n", outageStart, first, from, to)
-	fmt.Println("| run | upstream load / its capacity, mean | worst second over capacity | seconds over capacity + 5 % | critical: admitted / nominal | critical: calls the upstream took (not 429) / nominal | upstream 429s |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("Critical: the plane's named tenants, owed their nominal allocations (their limits' rates, or what they offered if less).")
+	fmt.Println()
+	fmt.Println("| run | upstream load / its capacity, mean | worst second over capacity | seconds over capacity + 5 % | critical: admitted / owed | critical: refused at the upstream gate | critical: calls the upstream took (not 429) / owed | upstream 429s |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, r := range []struct {
-		name string
-		t    *table
-	}{{"sensing", sensing}, {"static (no sensing)", static}} {
+		name, dir string
+		t         *table
+	}{{"sensing", "sensing", sensing}, {"static (no sensing)", "static", static}} {
+		owed, err := nominal(planeDir, filepath.Join(results, r.dir, "tenants.csv"))
+		if err != nil {
+			return err
+		}
 		var ratio, worst, over, crit, through, limited float64
+		var refused float64
 		n := 0
 		for sec := from; sec < to && sec < len(r.t.rows); sec++ {
 			c := capacityAt(sec)
@@ -144,11 +177,12 @@ func do(results, timelineFile, img string, reserve float64, outageEnd time.Durat
 				over++
 			}
 			crit += r.t.f(sec, "watched_admitted")
+			refused += r.t.f(sec, "throttled_critical")
 			through += r.t.f(sec, "watched_through")
 			limited += r.t.f(sec, "upstream_429")
 			n++
 		}
-		fmt.Printf("| %s | %.2f | %+.1f %% | %.0f of %d | %.3f | %.3f | %.0f |\n", r.name, ratio/float64(n), 100*worst, over, n, crit/(reserve*float64(n)), through/(reserve*float64(n)), limited)
+		fmt.Printf("| %s | %.2f | %+.1f %% | %.0f of %d | %.3f | %.0f | %.3f | %.0f |\n", r.name, ratio/float64(n), 100*worst, over, n, crit/(owed*float64(n)), refused, through/(owed*float64(n)), limited)
 	}
 
 	// Class changes while the upstream flaps (between the first flap and
