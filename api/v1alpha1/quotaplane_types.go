@@ -47,6 +47,22 @@ const (
 	FairnessDRR Fairness = "drr"
 )
 
+// ShareBy selects whose weight contended global capacity is shared by.
+// +kubebuilder:validation:Enum=tenant;tier
+type ShareBy string
+
+const (
+	// ShareByTenant is seed 002's weighted max-min fairness across tenants:
+	// every tenant is a flow whose weight is its tier's weight (or its own
+	// override), so a tier with 4,000 tenants gets more than a tier of 40
+	// of the same weight. Tier floors still hold.
+	ShareByTenant ShareBy = "tenant"
+	// ShareByTier shares among tiers by the tiers' weights first, then
+	// splits each tier's share among its tenants by theirs: a tier's total
+	// does not grow with its number of tenants.
+	ShareByTier ShareBy = "tier"
+)
+
 // FailureMode says what an enforcer does when its shared state (Redis) is unreachable.
 // +kubebuilder:validation:Enum=degrade;allow;deny
 type FailureMode string
@@ -283,6 +299,15 @@ type QuotaPlaneSpec struct {
 	// +optional
 	Fairness Fairness `json:"fairness,omitempty"`
 
+	// shareBy is whose weight contended global capacity is shared by:
+	// tenant (seed 002: every tenant a flow weighted by its tier's weight or
+	// its own, so a tier's total grows with its busy tenants) or tier (the
+	// tiers by their weights, then each tier's share among its tenants, so
+	// a tier's total does not depend on how many tenants it has). Tier
+	// floors and shed order hold in both. Default tenant.
+	// +optional
+	ShareBy ShareBy `json:"shareBy,omitempty"`
+
 	// failureMode is what enforcers of a central or local-reconciled plane do
 	// while Redis is unreachable (central: the circuit breaker is open;
 	// local-reconciled: three reconciles in a row failed): degrade, allow or
@@ -403,6 +428,7 @@ type QuotaPlaneStatus struct {
 // +kubebuilder:resource:shortName=qp
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Fairness",type=string,JSONPath=`.spec.fairness`,priority=1
+// +kubebuilder:printcolumn:name="ShareBy",type=string,JSONPath=`.spec.shareBy`,priority=1
 // +kubebuilder:printcolumn:name="Global",type=integer,JSONPath=`.spec.global.rate`,priority=1
 // +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.status.publishedVersion`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

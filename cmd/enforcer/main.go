@@ -73,6 +73,7 @@ func run() error {
 	var o policy.Overrides
 	flag.StringVar(&o.Mode, "mode", envflag.String("QUOTAPLANE_MODE", ""), "override the plane's mode: local, central or local-reconciled [QUOTAPLANE_MODE]")
 	flag.StringVar(&o.Fairness, "fairness", envflag.String("QUOTAPLANE_FAIRNESS", ""), "override the plane's fairness: none, maxmin, wfq or drr [QUOTAPLANE_FAIRNESS]")
+	flag.StringVar(&o.ShareBy, "share-by", envflag.String("QUOTAPLANE_SHARE_BY", ""), "override the plane's shareBy: tenant or tier [QUOTAPLANE_SHARE_BY]")
 	reconcileMs := flag.Int64("reconcile-ms", envflag.Int("QUOTAPLANE_RECONCILE_MS", 0), "override the plane's reconcile interval, ms [QUOTAPLANE_RECONCILE_MS]")
 	flag.Int64Var(&o.BurstPoolSize, "burst-pool", envflag.Int("QUOTAPLANE_BURST_POOL", 0), "override the burst pool's size, tokens [QUOTAPLANE_BURST_POOL]")
 	flag.Int64Var(&o.GlobalPerSecond, "global-rps", envflag.Int("QUOTAPLANE_GLOBAL_RPS", 0), "override the global limit, tokens per second [QUOTAPLANE_GLOBAL_RPS]")

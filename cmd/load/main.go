@@ -126,6 +126,7 @@ func run() error {
 	flag.Var(&sp, "spike", "tenant:rate:from:to, a noisy neighbour's extra requests per second between two times (repeatable)")
 	flag.StringVar(&o.Mode, "mode", "", "override the plane's mode: local, central or local-reconciled")
 	flag.StringVar(&o.Fairness, "fairness", "", "override the plane's fairness: none, maxmin, wfq or drr")
+	flag.StringVar(&o.ShareBy, "share-by", "", "override the plane's shareBy: tenant or tier")
 	flag.Int64Var(&o.GlobalPerSecond, "global-rps", 0, "override the plane's global rate")
 	flag.Parse()
 

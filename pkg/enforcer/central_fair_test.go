@@ -138,9 +138,9 @@ func TestCentralNoisyTenantGetsItsFairShare(t *testing.T) {
 		{name: "q3", weight: 2, offered: 200}, {name: "q4", weight: 1, offered: 250},
 	}
 	run := func(fairness string) (worst float64, at int, res scenarioResult, shares []float64) {
-		engines := centralFleet(t, srv, scenarioPolicy(t, fairness, globalRate, tiers, tenants), 4)
+		engines := centralFleet(t, srv, scenarioPolicy(t, fairness, "tier", globalRate, tiers, tenants), 4)
 		res = offerRealTime(t, engines, tenants, 1, 4*time.Second, 8*time.Second)
-		shares = hierarchicalFairShares(globalRate, tiers, tenants, res.offered)
+		shares = fairShares("tier", globalRate, tiers, tenants, res.offered)
 		worst, at = worstDeviation(res, shares)
 		logShares(t, fairness, tenants, res, shares)
 		return worst, at, res, shares
@@ -184,7 +184,7 @@ func TestCentralSpikeEndDoesNotStarveItsTier(t *testing.T) {
 		{name: "whale", weight: 1, offered: 3000},
 		{name: "q1", weight: 1, offered: 20}, {name: "q2", weight: 1, offered: 20}, {name: "q3", weight: 1, offered: 20},
 	}
-	engines := centralFleet(t, srv, scenarioPolicy(t, "maxmin", 200, tiers, tenants), 4)
+	engines := centralFleet(t, srv, scenarioPolicy(t, "maxmin", "tier", 200, tiers, tenants), 4)
 	spike := 5 * time.Second
 	res := offerRealTimeUntil(t, engines, tenants, []time.Duration{spike}, 4, spike, 3*time.Second)
 	var offered, admitted float64
@@ -217,9 +217,9 @@ func TestCentralTierFloorsAreRateGuarantees(t *testing.T) {
 		{name: "f1", tier: 1, weight: 1, offered: 600}, {name: "f2", tier: 1, weight: 1, offered: 600},
 	}
 	run := func(fairness string) (worst float64, at int, gold float64) {
-		engines := centralFleet(t, srv, scenarioPolicy(t, fairness, globalRate, tiers, tenants), 4)
+		engines := centralFleet(t, srv, scenarioPolicy(t, fairness, "tier", globalRate, tiers, tenants), 4)
 		res := offerRealTime(t, engines, tenants, 2, 4*time.Second, 8*time.Second)
-		shares := hierarchicalFairShares(globalRate, tiers, tenants, res.offered)
+		shares := fairShares("tier", globalRate, tiers, tenants, res.offered)
 		logShares(t, fairness, tenants, res, shares)
 		worst, at = worstDeviation(res, shares)
 		return worst, at, res.admitted[0] + res.admitted[1]
@@ -243,7 +243,7 @@ func TestCentralTierFloorsAreRateGuarantees(t *testing.T) {
 // order of the nodes' ids, give the same water levels bit for bit, and a
 // report that does not parse is left out whole.
 func TestCentralFairAllocationIsDeterministic(t *testing.T) {
-	p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", 1000, scenarioTiers, nil), "central"))
+	p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", "tier", 1000, scenarioTiers, nil), "central"))
 	snap := newSnapshot(p)
 	rng := rand.New(rand.NewPCG(3, 3))
 	var reports []string
@@ -324,7 +324,7 @@ func TestCentralUnattributedDemand(t *testing.T) {
 	if len(got) != 1 || got[0].rank != 2 || math.Abs(got[0].demand-400) > 1e-6 || got[0].demand/got[0].weight != unattributedRatio {
 		t.Fatalf("claims %+v; want one of tier 2, 400/s, at the unattributed ratio", got)
 	}
-	p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", 1000, scenarioTiers, nil), "central"))
+	p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", "tier", 1000, scenarioTiers, nil), "central"))
 	b := &central{e: &Engine{}}
 	b.fair.startFleet()
 	// Tier 2: a tenant of 2,000/s and the 400/s no tenant's average accounts
@@ -336,5 +336,56 @@ func TestCentralUnattributedDemand(t *testing.T) {
 	v := b.fair.view.Load()
 	if v == nil || math.Abs(v.levels[2]-600) > 1e-6 {
 		t.Fatalf("free level %v; want 600 (1,000 less the 400 wanted in full)", v)
+	}
+}
+
+// TestCentralSharesByEitherDefinition: the fleet's allocation, from two
+// nodes' reports with a tail step that stands for 100 small tenants,
+// gives every tenant the share of each shareBy's reference computed
+// tenant by tenant (the tail's tenants have one ratio of demand to weight,
+// so they are one claimant to either definition). Negative control: the
+// scenario's two references differ, so each result is off the other's.
+func TestCentralSharesByEitherDefinition(t *testing.T) {
+	const globalRate = 1000
+	named := []fleetClaim{
+		{name: "e1", demand: 300, weight: 8, cap: math.Inf(1), rank: 0},
+		{name: "s1", demand: 200, weight: 4, cap: math.Inf(1), rank: 1},
+		{name: "s2", demand: 200, weight: 4, cap: math.Inf(1), rank: 1},
+		{name: "f1", demand: 400, weight: 1, cap: math.Inf(1), rank: 2},
+	}
+	tail := fleetClaim{rank: 2, step: tailStep(3), demand: 300, weight: 100} // 100 tenants of 3/s, weight 1
+	var tenants []fairTenant
+	var demand []float64
+	for _, c := range named {
+		tenants = append(tenants, fairTenant{name: c.name, tier: c.rank, weight: int64(c.weight)})
+		demand = append(demand, c.demand)
+	}
+	for i := range 100 {
+		tenants = append(tenants, fairTenant{name: sprintf("tail%03d", i), tier: 2, weight: 1})
+		demand = append(demand, 3)
+	}
+	for _, shareBy := range []string{"tier", "tenant"} {
+		p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", shareBy, globalRate, scenarioTiers, nil), "central"))
+		b := &central{e: &Engine{}}
+		b.fair.startFleet()
+		b.fair.add(string(encodeReport(nil, 0, named[:2], nil)), 3)
+		b.fair.add(string(encodeReport(nil, 0, named[2:], []fleetClaim{tail})), 3)
+		b.allocate(newSnapshot(p), 1, 1, 1)
+		v := b.fair.view.Load()
+		if v == nil {
+			t.Fatalf("shareBy %s: 1,400/s against 1,000/s is not contended", shareBy)
+		}
+		got := make([]float64, len(tenants))
+		for i, tn := range tenants {
+			got[i] = math.Min(v.levels[tn.tier]*float64(tn.weight), demand[i])
+		}
+		want := fairShares(shareBy, globalRate, scenarioTiers, tenants, demand)
+		if worst, at := worstDeviation(scenarioResult{admitted: got}, want); worst > 1e-6 {
+			t.Errorf("shareBy %s: %s's share %.3f/s, the reference's %.3f/s", shareBy, tenants[at].name, got[at], want[at])
+		}
+		other := map[string]string{"tier": "tenant", "tenant": "tier"}[shareBy]
+		if worst, _ := worstDeviation(scenarioResult{admitted: got}, fairShares(other, globalRate, scenarioTiers, tenants, demand)); worst < 0.05 {
+			t.Errorf("shareBy %s is within 5%% of shareBy %s's reference: the scenario cannot tell them apart", shareBy, other)
+		}
 	}
 }

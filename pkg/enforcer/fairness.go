@@ -11,11 +11,12 @@ import (
 )
 
 // fairness measures each tenant's demand on the plane and, when that demand
-// exceeds the global rate, shares the global rate hierarchically: first among
-// tiers by weighted max-min with the tiers' floors (every tier keeps its
-// floor as far as it wants it; among tiers that want more than their share,
-// the lower-weight one is cut more), then within each tier among its tenants by weighted max-min on their
-// demand (scheduler.MaxMin at both levels). It runs as a tick claimed by the
+// exceeds the global rate, shares the global rate by weighted max-min
+// (scheduler.MaxMin), every tier keeping its floor as far as it wants it:
+// among all the tenants by their weights (the plane's shareBy tenant, the
+// default), or hierarchically (shareBy tier), first among tiers by their
+// weights and floors (among tiers that want more than their share, the
+// lower-weight one is cut more), then within each tier among its tenants. It runs as a tick claimed by the
 // first decision whose time passes nextTick, so it follows the engine's time,
 // real or virtual, and costs the fast path one atomic load when not due.
 //
@@ -49,6 +50,7 @@ type fairness struct {
 	caps     []float64 // per tenant: the most its own limit lets through, tokens/s
 	byTier   [policy.MaxTiers][]scheduler.Item
 	tiers    []scheduler.Item
+	all      []scheduler.Item // shareBy tenant: the tenants of the tiers not at their floors
 	out      []float64
 	scratch  scheduler.Scratch
 }
@@ -275,28 +277,14 @@ func (f *fairness) allocate(snap *snapshot, capacity, scale float64, now int64) 
 			f.byTier[f.ranks[i]] = append(f.byTier[f.ranks[i]], scheduler.Item{Weight: f.weights[i], Cap: min(demand, f.caps[i])})
 		}
 	}
-	// Tiers first: weight, floor, and the tier's whole demand as its cap.
-	f.tiers = f.tiers[:0]
-	for k := range tiers {
-		var demand float64
-		for _, it := range f.byTier[k] {
-			demand += it.Cap
-		}
-		floor := snap.floors[k] * capacity / snap.globalPerSec // in capacity's frame; floors shrink with what is held back
-		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: floor, Cap: demand})
+	var levels [policy.MaxTiers]float64
+	levelsOf := f.levelsByTier
+	if snap.shareByTenant {
+		levelsOf = f.levelsByTenant
 	}
-	f.out = grow(f.out, tiers+len(f.demands))
-	if math.IsInf(scheduler.MaxMin(capacity, f.tiers, f.out, &f.scratch), 1) {
+	if !levelsOf(snap, capacity, &levels) {
 		f.contended.Store(false)
 		return
-	}
-	tierShare := f.out[:tiers:tiers]
-	levels := [policy.MaxTiers]float64{}
-	for k := range tiers {
-		levels[k] = math.Inf(1)
-		if len(f.byTier[k]) > 0 && tierShare[k] < f.tiers[k].Cap {
-			levels[k] = scheduler.MaxMin(tierShare[k], f.byTier[k], f.out[tiers:], &f.scratch)
-		}
 	}
 	for k := range tiers {
 		f.levelBits[k].Store(math.Float64bits(levels[k]))
@@ -307,6 +295,121 @@ func (f *fairness) allocate(snap *snapshot, capacity, scale float64, now int64) 
 		f.contendedSince.Store(now)
 	}
 	f.contended.Store(true)
+}
+
+// floor is tier rank k's floor in capacity's frame: floors shrink with what
+// is held back of the global rate.
+func (f *fairness) floor(snap *snapshot, k int, capacity float64) float64 {
+	return snap.floors[k] * capacity / snap.globalPerSec
+}
+
+// levelsByTier (shareBy tier) shares capacity among the tiers by weighted
+// max-min with their weights and floors, each tier capped by its tenants'
+// claims, then each tier's share among its tenants by theirs: one water
+// level per tier. It reports false when every claim fits (no contention).
+func (f *fairness) levelsByTier(snap *snapshot, capacity float64, levels *[policy.MaxTiers]float64) bool {
+	tiers := len(snap.floors)
+	f.tiers = f.tiers[:0]
+	for k := range tiers {
+		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: f.floor(snap, k, capacity), Cap: claims(f.byTier[k])})
+	}
+	f.out = grow(f.out, tiers+len(f.demands))
+	if math.IsInf(scheduler.MaxMin(capacity, f.tiers, f.out, &f.scratch), 1) {
+		return false
+	}
+	tierShare := f.out[:tiers:tiers]
+	for k := range tiers {
+		levels[k] = math.Inf(1)
+		if len(f.byTier[k]) > 0 && tierShare[k] < f.tiers[k].Cap {
+			levels[k] = scheduler.MaxMin(tierShare[k], f.byTier[k], f.out[tiers:], &f.scratch)
+		}
+	}
+	return true
+}
+
+// levelsByTenant (shareBy tenant, seed 002's definition) shares capacity
+// among all the tenants by weighted max-min, one water level λ for every
+// tier, then raises each tier whose tenants' allocation falls short of its
+// floor to the floor. At level λ tier k gets
+//
+//	x_k(λ) = max(F_k, S_k(λ))   S_k(λ) = Σ_{i in k} min(λ·w_i, c_i)
+//
+// with F_k its floor at most its claims (all floors scaled alike when they
+// add up to more than the capacity, as scheduler.MaxMin does), and λ is
+// the level at which the x_k add up to the capacity. It is found by fixing
+// tiers at their floors: the level over the tiers not yet fixed only falls
+// as tiers are fixed, so a tier found below its floor stays below it; at
+// most one pass per tier. A fixed tier's own level is its floor shared
+// among its tenants. It reports false when every claim fits.
+func (f *fairness) levelsByTenant(snap *snapshot, capacity float64, levels *[policy.MaxTiers]float64) bool {
+	tiers := len(snap.floors)
+	var floors [policy.MaxTiers]float64
+	var fixed [policy.MaxTiers]bool
+	var total, floorSum float64
+	for k := range tiers {
+		c := claims(f.byTier[k])
+		floors[k] = min(f.floor(snap, k, capacity), c)
+		total += c
+		floorSum += floors[k]
+	}
+	if total <= capacity {
+		return false
+	}
+	if floorSum > capacity {
+		for k := range tiers {
+			floors[k] *= capacity / floorSum
+		}
+	}
+	rest := capacity
+	for {
+		f.all = f.all[:0]
+		for k := range tiers {
+			if !fixed[k] {
+				f.all = append(f.all, f.byTier[k]...)
+			}
+		}
+		f.out = grow(f.out, len(f.all))
+		level := scheduler.MaxMin(max(rest, 0), f.all, f.out, &f.scratch)
+		more := false
+		for k := range tiers {
+			if !fixed[k] && floors[k] > 0 && allocationAt(f.byTier[k], level) < floors[k] {
+				fixed[k], more = true, true
+				rest -= floors[k]
+			}
+		}
+		if !more {
+			for k := range tiers {
+				levels[k] = level
+			}
+			break
+		}
+	}
+	for k := range tiers {
+		if fixed[k] {
+			f.out = grow(f.out, len(f.byTier[k]))
+			levels[k] = scheduler.MaxMin(floors[k], f.byTier[k], f.out, &f.scratch)
+		}
+	}
+	return true
+}
+
+// claims is the sum of items' caps.
+func claims(items []scheduler.Item) float64 {
+	var sum float64
+	for _, it := range items {
+		sum += it.Cap
+	}
+	return sum
+}
+
+// allocationAt is Σ min(level·weight, cap) over items: what they get at
+// water level level without floors.
+func allocationAt(items []scheduler.Item, level float64) float64 {
+	var sum float64
+	for _, it := range items {
+		sum += min(level*it.Weight, it.Cap)
+	}
+	return sum
 }
 
 // prune forgets idle state, one registry shard per tick: unknown tenants

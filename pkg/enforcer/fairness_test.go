@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/fairref"
 )
 
 // fairTier is a tier of the fairness scenarios.
@@ -25,12 +27,13 @@ type fairTenant struct {
 	offered float64 // requests (tokens) per second
 }
 
-// scenarioPolicy is a plane with a global limit of globalRate tokens/s, the
-// given tiers, one endpoint of cost 1, and every tenant named with limits
-// far above its demand, so that only the global level binds.
-func scenarioPolicy(t testing.TB, fairness string, globalRate int64, tiers []fairTier, tenants []fairTenant) string {
+// scenarioPolicy is a plane with a global limit of globalRate tokens/s
+// shared by the given fairness and shareBy, the given tiers, one endpoint
+// of cost 1, and every tenant named with limits far above its demand, so
+// that only the global level binds.
+func scenarioPolicy(t testing.TB, fairness, shareBy string, globalRate int64, tiers []fairTier, tenants []fairTenant) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s  global: {rate: %d, burst: %d}\n  fairness: %s\n  tiers:\n", planeHeader, globalRate, globalRate, fairness)
+	fmt.Fprintf(&sb, "%s  global: {rate: %d, burst: %d}\n  fairness: %s\n  shareBy: %s\n  tiers:\n", planeHeader, globalRate, globalRate, fairness, shareBy)
 	for _, tr := range tiers {
 		fmt.Fprintf(&sb, "    - {name: %s, weight: %d, floorPercent: %d, tenant: {rate: 1000000, burst: 1000000}}\n", tr.name, tr.weight, tr.floorPercent)
 	}
@@ -95,70 +98,20 @@ func runScenario(t testing.TB, e *Engine, tenants []fairTenant, seed uint64, war
 	return res
 }
 
-// waterFill is the test's own weighted max-min allocator, by bisection on
-// the water level: x_i = clamp(level×w_i, min(floor_i, cap_i), cap_i) with
-// Σx = min(capacity, Σcap). It is deliberately simple and independent of
-// pkg/scheduler.
-func waterFill(capacity float64, weights, floors, caps []float64) []float64 {
-	alloc := func(level float64) (x []float64, sum float64) {
-		x = make([]float64, len(caps))
-		for i := range caps {
-			x[i] = math.Min(math.Max(level*weights[i], math.Min(floors[i], caps[i])), caps[i])
-			sum += x[i]
-		}
-		return x, sum
-	}
-	var total float64
-	for _, c := range caps {
-		total += c
-	}
-	if total <= capacity {
-		x, _ := alloc(math.Inf(1))
-		return x
-	}
-	lo, hi := 0.0, 1.0
-	for _, s := alloc(hi); s < capacity; _, s = alloc(hi) {
-		hi *= 2
-	}
-	for range 200 {
-		mid := (lo + hi) / 2
-		if _, s := alloc(mid); s < capacity {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	x, _ := alloc(hi)
-	return x
-}
-
-// hierarchicalFairShares is the reference for the engine's fairness: the
-// global rate is shared among tiers by weighted max-min with floors, then
-// each tier's share among its tenants by weighted max-min on demand.
-func hierarchicalFairShares(globalRate float64, tiers []fairTier, tenants []fairTenant, demand []float64) []float64 {
-	tierDemand := make([]float64, len(tiers))
-	for i, tn := range tenants {
-		tierDemand[tn.tier] += demand[i]
-	}
-	w, f := make([]float64, len(tiers)), make([]float64, len(tiers))
+// fairShares is the reference for the engine's fairness (pkg/fairref,
+// written from the definitions, without pkg/scheduler): each tenant's
+// weighted max-min fair share of globalRate given what it demands, by
+// shareBy tier or tenant.
+func fairShares(shareBy string, globalRate float64, tiers []fairTier, tenants []fairTenant, demand []float64) []float64 {
+	ts := make([]fairref.Tier, len(tiers))
 	for k, tr := range tiers {
-		w[k], f[k] = float64(tr.weight), globalRate*float64(tr.floorPercent)/100
+		ts[k] = fairref.Tier{Weight: float64(tr.weight), FloorPerSec: globalRate * float64(tr.floorPercent) / 100}
 	}
-	tierShare := waterFill(globalRate, w, f, tierDemand)
-	shares := make([]float64, len(tenants))
-	for k := range tiers {
-		var idx []int
-		var tw, tf, tc []float64
-		for i, tn := range tenants {
-			if tn.tier == k {
-				idx = append(idx, i)
-				tw, tf, tc = append(tw, float64(tn.weight)), append(tf, 0), append(tc, demand[i])
-			}
-		}
-		for j, x := range waterFill(tierShare[k], tw, tf, tc) {
-			shares[idx[j]] = x
-		}
+	ns := make([]fairref.Tenant, len(tenants))
+	for i, tn := range tenants {
+		ns[i] = fairref.Tenant{Tier: tn.tier, Weight: float64(tn.weight), CapPerSec: demand[i]}
 	}
+	shares, _ := fairref.Shares(shareBy == "tenant", globalRate, ts, ns)
 	return shares
 }
 
@@ -200,47 +153,59 @@ func worstDeviation(res scenarioResult, shares []float64) (worst float64, at int
 }
 
 // TestZipfOverloadAdmitsFairShares offers 150% of the global limit as
-// Zipf-skewed Poisson demand over 1,000 tenants in three tiers and checks
-// that every tenant's admitted rate is within ±5% of its hierarchical
-// weighted max-min fair share, computed from what the tenants offered.
+// Zipf-skewed Poisson demand over 1,000 tenants in three tiers and checks,
+// for each shareBy, that every tenant's admitted rate is within ±5% of its
+// weighted max-min fair share by that definition (fairShares), computed
+// from what the tenants offered. Here only the
+// free tier is contended (the others' whole demand fits), and there the
+// two definitions agree: the references must be within 1% of each other
+// (TestTierProtectionUnderOverload has the scenarios where they differ).
+// Negative control: first come, first served (fairness none) fails the
+// check.
 func TestZipfOverloadAdmitsFairShares(t *testing.T) {
 	const globalRate = 10_000
 	tenants := zipfTenants(1000, 1.2, 1.5*globalRate, []float64{0.05, 0.20, 0.75}, 1)
-	run := func(fairness string) (worst float64, at int, res scenarioResult, shares []float64) {
-		e := newEngine(t, compileYAML(t, scenarioPolicy(t, fairness, globalRate, scenarioTiers, tenants)))
+	run := func(fairness, shareBy, reference string) (worst float64, at int, res scenarioResult, shares []float64) {
+		e := newEngine(t, compileYAML(t, scenarioPolicy(t, fairness, shareBy, globalRate, scenarioTiers, tenants)))
 		res = runScenario(t, e, tenants, 42, 5*time.Second, 15*time.Second)
-		shares = hierarchicalFairShares(globalRate, scenarioTiers, tenants, res.offered)
+		shares = fairShares(reference, globalRate, scenarioTiers, tenants, res.offered)
 		worst, at = worstDeviation(res, shares)
 		return worst, at, res, shares
 	}
 
-	worst, at, res, shares := run("maxmin")
-	var admitted, offered float64
-	for i := range tenants {
-		admitted += res.admitted[i]
-		offered += res.offered[i]
-	}
-	t.Logf("maxmin: offered %.0f/s, admitted %.0f/s (global %d/s); worst deviation %.2f%% at %s (tier %s, offered %.2f/s, share %.2f/s, admitted %.2f/s)",
-		offered, admitted, globalRate, 100*worst, tenants[at].name, scenarioTiers[tenants[at].tier].name, res.offered[at], shares[at], res.admitted[at])
-	for k, tr := range scenarioTiers {
-		var off, adm, share float64
-		for i, tn := range tenants {
-			if tn.tier == k {
-				off, adm, share = off+res.offered[i], adm+res.admitted[i], share+shares[i]
-			}
+	for _, shareBy := range []string{"tier", "tenant"} {
+		worst, at, res, shares := run("maxmin", shareBy, shareBy)
+		var admitted, offered float64
+		for i := range tenants {
+			admitted += res.admitted[i]
+			offered += res.offered[i]
 		}
-		t.Logf("tier %s: offered %.0f/s, fair share %.0f/s, admitted %.0f/s", tr.name, off, share, adm)
-	}
-	if worst > 0.05 {
-		t.Errorf("a tenant's admitted rate is %.2f%% off its fair share; want within 5%%", 100*worst)
-	}
-	if admitted < 0.97*globalRate || admitted > 1.005*globalRate {
-		t.Errorf("admitted %.0f/s under 150%% overload; want the global limit %d/s (-3%%, +0.5%%)", admitted, globalRate)
+		t.Logf("maxmin, shareBy %s: offered %.0f/s, admitted %.0f/s (global %d/s); worst deviation %.2f%% at %s (tier %s, offered %.2f/s, share %.2f/s, admitted %.2f/s)",
+			shareBy, offered, admitted, globalRate, 100*worst, tenants[at].name, scenarioTiers[tenants[at].tier].name, res.offered[at], shares[at], res.admitted[at])
+		for k, tr := range scenarioTiers {
+			var off, adm, share float64
+			for i, tn := range tenants {
+				if tn.tier == k {
+					off, adm, share = off+res.offered[i], adm+res.admitted[i], share+shares[i]
+				}
+			}
+			t.Logf("  tier %s: offered %.0f/s, fair share %.0f/s, admitted %.0f/s", tr.name, off, share, adm)
+		}
+		if worst > 0.05 {
+			t.Errorf("shareBy %s: a tenant's admitted rate is %.2f%% off its fair share; want within 5%%", shareBy, 100*worst)
+		}
+		if admitted < 0.97*globalRate || admitted > 1.005*globalRate {
+			t.Errorf("shareBy %s: admitted %.0f/s under 150%% overload; want the global limit %d/s (-3%%, +0.5%%)", shareBy, admitted, globalRate)
+		}
+		other := map[string]string{"tier": "tenant", "tenant": "tier"}[shareBy]
+		if worst, at := worstDeviation(scenarioResult{admitted: shares}, fairShares(other, globalRate, scenarioTiers, tenants, res.offered)); worst > 0.01 {
+			t.Errorf("the references of shareBy %s and %s differ by %.2f%% at %s, though only one tier is contended", shareBy, other, 100*worst, tenants[at].name)
+		}
 	}
 
 	// Negative control: first come, first served gives the whales what they
 	// grab, so the same check must fail.
-	worst, at, res, shares = run("none")
+	worst, at, res, shares := run("none", "tenant", "tenant")
 	t.Logf("none: worst deviation %.2f%% at %s (offered %.2f/s, share %.2f/s, admitted %.2f/s)", 100*worst, tenants[at].name, res.offered[at], shares[at], res.admitted[at])
 	if worst <= 0.05 {
 		t.Errorf("fairness none stayed within 5%% of the fair shares (worst %.2f%%); the check cannot tell fair from unfair", 100*worst)
@@ -290,9 +255,9 @@ func TestLongTailGetsItsTierShare(t *testing.T) {
 		rate := 0.2 * math.Pow(20, rng.Float64())
 		tenants = append(tenants, fairTenant{name: fmt.Sprintf("t%04d", i), tier: 2, weight: 1, offered: rate})
 	}
-	e := newEngine(t, compileYAML(t, scenarioPolicy(t, "maxmin", globalRate, scenarioTiers, tenants)))
+	e := newEngine(t, compileYAML(t, scenarioPolicy(t, "maxmin", "tier", globalRate, scenarioTiers, tenants)))
 	res := runScenario(t, e, tenants, 11, 20*time.Second, 40*time.Second)
-	shares := hierarchicalFairShares(globalRate, scenarioTiers, tenants, res.offered)
+	shares := fairShares("tier", globalRate, scenarioTiers, tenants, res.offered)
 	var tailShare, tailAdmitted, tailOffered float64
 	var pacedShare, pacedAdmitted float64 // the tail's tenants held to the level
 	for i := 1; i < len(tenants); i++ {
@@ -341,5 +306,54 @@ func TestPacedRequestCostlierThanItsShareBucket(t *testing.T) {
 	t.Logf("b admitted %.0f tokens/s of its 500/s share", rate)
 	if math.Abs(rate-500) > 50 {
 		t.Errorf("b admitted %.0f tokens/s; want its share, 500/s (±10%%)", rate)
+	}
+}
+
+// TestAllocateMatchesTheReference: the engine's allocation (fairness.allocate:
+// the tiers' water levels) against pkg/fairref on 2,000 seeded random
+// planes and demands, by each shareBy: every tenant's share, its tier's
+// level times its weight at most its claim, within 1e-6 of the reference.
+func TestAllocateMatchesTheReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for n := range 2000 {
+		shareBy := []string{"tier", "tenant"}[n%2]
+		tiers := make([]fairTier, 1+rng.IntN(4))
+		floorLeft := int64(100)
+		for k := range tiers {
+			tiers[k] = fairTier{name: sprintf("t%d", k), weight: int64(1 + rng.IntN(8))}
+			if rng.IntN(2) == 0 {
+				tiers[k].floorPercent = rng.Int64N(floorLeft/2 + 1)
+				floorLeft -= tiers[k].floorPercent
+			}
+		}
+		tenants := make([]fairTenant, 1+rng.IntN(40))
+		demand := make([]float64, len(tenants))
+		for i := range tenants {
+			tenants[i] = fairTenant{name: sprintf("n%d", i), tier: rng.IntN(len(tiers)), weight: int64(1 + rng.IntN(8))}
+			demand[i] = 50 * rng.ExpFloat64()
+		}
+		const globalRate = 1000
+		snap := newSnapshot(compileYAML(t, scenarioPolicy(t, "maxmin", shareBy, globalRate, tiers, tenants)))
+		var f fairness
+		f.demands, f.weights, f.ranks, f.caps = demand, make([]float64, len(tenants)), make([]int, len(tenants)), make([]float64, len(tenants))
+		rank := map[string]int{}
+		for k, tr := range snap.policy.Spec().Tiers {
+			rank[tr.Name] = k
+		}
+		for i, tn := range tenants {
+			f.weights[i], f.ranks[i], f.caps[i] = float64(tn.weight), rank[tiers[tn.tier].name], math.Inf(1)
+		}
+		f.allocate(snap, globalRate, 1, 1)
+		want := fairShares(shareBy, globalRate, tiers, tenants, demand)
+		for i, tn := range tenants {
+			got := demand[i]
+			if f.contended.Load() {
+				got = math.Min(math.Float64frombits(f.levelBits[f.ranks[i]].Load())*float64(tn.weight), demand[i])
+			}
+			if math.Abs(got-want[i]) > 1e-6*math.Max(want[i], 1) {
+				t.Fatalf("case %d, shareBy %s: tenant %d (tier %d, weight %d, demand %.3f) gets %.6f, the reference %.6f",
+					n, shareBy, i, tn.tier, tn.weight, demand[i], got, want[i])
+			}
+		}
 	}
 }

@@ -45,10 +45,13 @@ type snapshot struct {
 	// known maps the tenants the policy names to their (shared, long-lived) state.
 	known map[string]*tenantState
 
-	fairness    fairnessMode
-	mode        string // the plane's backend: local, central or local-reconciled
-	failureMode string // what the distributed backends do while Redis is unavailable
-	redisPrefix string // the prefix of the plane's Redis keys (planeKey)
+	fairness fairnessMode
+	// shareByTenant: contended capacity is shared among tenants by their
+	// weights (policy.ShareByTenant), not among tiers first.
+	shareByTenant bool
+	mode          string // the plane's backend: local, central or local-reconciled
+	failureMode   string // what the distributed backends do while Redis is unavailable
+	redisPrefix   string // the prefix of the plane's Redis keys (planeKey)
 	// shardPrefixes are the key prefixes of the plane's shards (shards.go);
 	// one, redisPrefix, unless the plane is split.
 	shardPrefixes []string
@@ -140,6 +143,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		endpoints:     p.Endpoints(),
 		known:         make(map[string]*tenantState, len(spec.Tenants)),
 		fairness:      parseFairness(spec.Fairness),
+		shareByTenant: spec.SharesByTenant(),
 		mode:          spec.Mode,
 		failureMode:   spec.FailureMode,
 		redisPrefix:   planeKey(p),

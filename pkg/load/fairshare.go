@@ -9,22 +9,18 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/quotaplane/quotaplane/pkg/fairref"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
-// This file is an independent reference for the engine's fairness: it
-// computes each tenant's hierarchical weighted max-min fair share from the
-// compiled policy and the tenants' measured demand, without calling
-// pkg/scheduler or pkg/enforcer, so that the experiments can check the
-// engine against it.
-//
-// The model (seed 002 §5, pkg/enforcer/doc.go): the global rate is shared
-// among tiers by weighted water-filling, each tier getting at least its
-// floor (floorPercent of the global rate) as far as its demand reaches;
-// then each tier's share is shared among its tenants by weighted
-// water-filling, each tenant capped by min(its demand, its own tenant
-// limit's rate). Water-filling is done by bisection on the water level, the
-// deliberately naive way, so it is easy to check by hand.
+// This file checks the engine's fairness in the experiments: it computes
+// each tenant's weighted max-min fair share from the compiled policy and
+// the tenants' measured demand with pkg/fairref, the reference written
+// from the definitions without pkg/scheduler or pkg/enforcer, by the
+// plane's shareBy (tenant: seed 002's, every tenant by its weight, tiers
+// held to their floors; tier: the tiers by their weights and floors, then
+// their tenants), each tenant capped by min(its demand, its own tenant
+// limit's rate).
 
 // DemandTenant is one tenant's measured demand, the input of FairShares.
 type DemandTenant struct {
@@ -56,8 +52,8 @@ type TierShare struct {
 	SharePerSec  float64
 }
 
-// FairShares returns every tenant's fair share of p's global rate (in the
-// order of tenants) and every tier's (in p's tier order). A tenant the plane
+// FairShares returns every tenant's fair share of p's global rate by its
+// shareBy (in the order of tenants) and every tier's (in p's tier order). A tenant the plane
 // does not name gets its tier's defaults (weight and tenant limit); an
 // unknown tenant of a plane that denies them gets nothing.
 func FairShares(p *policy.Policy, tenants []DemandTenant) ([]FairShare, []TierShare, error) {
@@ -94,22 +90,25 @@ func FairShares(p *policy.Policy, tenants []DemandTenant) ([]FairShare, []TierSh
 		byTier[k] = append(byTier[k], i)
 		tiers[k].DemandPerSec += shares[i].CapPerSec
 	}
-	weights, floors, caps := make([]float64, len(tiers)), make([]float64, len(tiers)), make([]float64, len(tiers))
+	refTiers := make([]fairref.Tier, len(tiers))
 	for k, tr := range tiers {
-		weights[k], floors[k], caps[k] = float64(tr.Weight), tr.FloorPerSec, tr.DemandPerSec
+		refTiers[k] = fairref.Tier{Weight: float64(tr.Weight), FloorPerSec: tr.FloorPerSec}
 	}
-	for k, x := range WaterFill(globalPerSec, weights, floors, caps) {
-		tiers[k].SharePerSec = x
+	var refTenants []fairref.Tenant
+	var members []int // the tenants with a share, in refTenants' order
+	for k, in := range byTier {
+		for _, i := range in {
+			refTenants = append(refTenants, fairref.Tenant{Tier: k, Weight: float64(shares[i].Weight), CapPerSec: shares[i].CapPerSec})
+			members = append(members, i)
+		}
 	}
-	for k, members := range byTier {
-		w, f, c := make([]float64, len(members)), make([]float64, len(members)), make([]float64, len(members))
-		for j, i := range members {
-			w[j], c[j] = float64(shares[i].Weight), shares[i].CapPerSec
-		}
-		for j, x := range WaterFill(tiers[k].SharePerSec, w, f, c) {
-			shares[members[j]].SharePerSec = x
-			shares[members[j]].TierShareSec = tiers[k].SharePerSec
-		}
+	tenantShares, tierShares := fairref.Shares(spec.SharesByTenant(), globalPerSec, refTiers, refTenants)
+	for k := range tiers {
+		tiers[k].SharePerSec = tierShares[k]
+	}
+	for j, i := range members {
+		shares[i].SharePerSec = tenantShares[j]
+		shares[i].TierShareSec = tierShares[refTenants[j].Tier]
 	}
 	return shares, tiers, nil
 }
@@ -118,44 +117,6 @@ func FairShares(p *policy.Policy, tenants []DemandTenant) ([]FairShare, []TierSh
 // that never refills).
 func limitPerSecond(l *policy.Limit) float64 {
 	return float64(l.Rate) / l.Period.Seconds()
-}
-
-// WaterFill shares capacity among claimants by weighted max-min: claimant i
-// gets min(max(level×weights[i], min(floors[i], caps[i])), caps[i]) for the
-// one water level at which the allocations add up to capacity, or its whole
-// cap when the caps add up to less. Floors that exceed capacity are given
-// anyway (the caller keeps floors within capacity). Bisection, 200 steps.
-func WaterFill(capacity float64, weights, floors, caps []float64) []float64 {
-	alloc := func(level float64) (x []float64, sum float64) {
-		x = make([]float64, len(caps))
-		for i := range caps {
-			x[i] = math.Min(math.Max(level*weights[i], math.Min(floors[i], caps[i])), caps[i])
-			sum += x[i]
-		}
-		return x, sum
-	}
-	var total float64
-	for _, c := range caps {
-		total += c
-	}
-	if total <= capacity {
-		x, _ := alloc(math.Inf(1))
-		return x
-	}
-	lo, hi := 0.0, 1.0
-	for _, s := alloc(hi); s < capacity; _, s = alloc(hi) {
-		hi *= 2
-	}
-	for range 200 {
-		mid := (lo + hi) / 2
-		if _, s := alloc(mid); s < capacity {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	x, _ := alloc(hi)
-	return x
 }
 
 // TenantRow is one row of a run's tenants.csv: what a tenant offered and

@@ -40,9 +40,13 @@ metadata: {name: capped}
 spec: {tenant: capped, tier: gold, limit: {rate: 10, burst: 10}}
 `
 
-func loadFairPlane(t *testing.T) *policy.Policy {
+func loadFairPlane(t *testing.T) *policy.Policy { return loadFairPlaneBy(t, "tenant") }
+
+// loadFairPlaneBy is fairPlane sharing by shareBy.
+func loadFairPlaneBy(t *testing.T, shareBy string) *policy.Policy {
 	t.Helper()
-	p, err := policy.LoadFS(fstest.MapFS{"plane.yaml": {Data: []byte(fairPlane)}})
+	yaml := strings.Replace(fairPlane, "  fairness: maxmin\n", "  fairness: maxmin\n  shareBy: "+shareBy+"\n", 1)
+	p, err := policy.LoadFS(fstest.MapFS{"plane.yaml": {Data: []byte(yaml)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,15 +54,15 @@ func loadFairPlane(t *testing.T) *policy.Policy {
 }
 
 // TestFairSharesByHand checks FairShares against allocations worked out on
-// paper.
+// paper, by each shareBy.
 func TestFairSharesByHand(t *testing.T) {
-	p := loadFairPlane(t)
-	for _, tc := range []struct {
+	type handCase struct {
 		name    string
 		tenants []DemandTenant
 		want    []float64
 		tiers   []float64 // gold, free
-	}{{
+	}
+	byTier := []handCase{{
 		// Free claims 30 + 30 (its tenant limit). Tiers: gold 3L, free
 		// max(L, 40); 3L + 40 = 100 → L = 20 < 40, so free keeps its floor
 		// of 40 and gold gets 60.
@@ -96,26 +100,66 @@ func TestFairSharesByHand(t *testing.T) {
 		tenants: []DemandTenant{{"g1", "gold", 30}, {"f1", "free", 20}, {"f2", "free", 0}},
 		want:    []float64{30, 20, 0},
 		tiers:   []float64{30, 20},
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			shares, tiers, err := FairShares(p, tc.tenants)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, want := range tc.want {
-				if got := shares[i].SharePerSec; math.Abs(got-want) > 1e-6 {
-					t.Errorf("%s: share %.6f, want %.6f", tc.tenants[i].Name, got, want)
+	}, {
+		// Free claims 4 × 30: gold 3L, free max(L, 40); 3L + L = 100 → L
+		// = 25 < 40: free keeps its floor, 10 a tenant; gold gets 60.
+		name:    "many small tenants: the tier's weight counts once",
+		tenants: []DemandTenant{{"g1", "gold", 200}, {"f1", "free", 30}, {"f2", "free", 30}, {"f3", "free", 30}, {"f4", "free", 30}},
+		want:    []float64{60, 10, 10, 10, 10},
+		tiers:   []float64{60, 40},
+	}}
+	byTenant := []handCase{{
+		// One level λ for every tenant: g1 3λ, each free tenant λ; 7λ =
+		// 100 → λ = 100/7; free's 400/7 is above its floor of 40.
+		name:    "many small tenants: each tenant's weight counts",
+		tenants: []DemandTenant{{"g1", "gold", 200}, {"f1", "free", 30}, {"f2", "free", 30}, {"f3", "free", 30}, {"f4", "free", 30}},
+		want:    []float64{300.0 / 7, 100.0 / 7, 100.0 / 7, 100.0 / 7, 100.0 / 7},
+		tiers:   []float64{300.0 / 7, 400.0 / 7},
+	}, {
+		// g1..g3 3λ each, f1 λ: 10λ = 100 → λ = 10, free 10 < its floor
+		// min(40, 30 its claim): free is raised to 30, gold shares 70.
+		name:    "floor raises a tier its tenants' weights leave short",
+		tenants: []DemandTenant{{"g1", "gold", 200}, {"g2", "gold", 200}, {"g3", "gold", 200}, {"f1", "free", 200}},
+		want:    []float64{70.0 / 3, 70.0 / 3, 70.0 / 3, 30},
+		tiers:   []float64{70, 30},
+	}, {
+		// capped is held to 10; heavy (weight 9) and g1 (3) share the rest
+		// of gold's by weight: 12λ + 10 + f1's 10 (its floor: λ < 10) = 100.
+		name: "weights, tenant limit, floor at demand",
+		tenants: []DemandTenant{
+			{"g1", "gold", 200}, {"heavy", "free", 200}, {"capped", "gold", 200}, {"f1", "free", 10},
+		},
+		want:  []float64{20, 60, 10, 10},
+		tiers: []float64{90, 10},
+	}, {
+		name:    "uncontended: everyone gets its demand",
+		tenants: []DemandTenant{{"g1", "gold", 30}, {"f1", "free", 20}, {"f2", "free", 0}},
+		want:    []float64{30, 20, 0},
+		tiers:   []float64{30, 20},
+	}}
+	for shareBy, cases := range map[string][]handCase{"tier": byTier, "tenant": byTenant} {
+		p := loadFairPlaneBy(t, shareBy)
+		for _, tc := range cases {
+			t.Run(shareBy+": "+tc.name, func(t *testing.T) {
+				shares, tiers, err := FairShares(p, tc.tenants)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			if tiers[0].Name != "gold" || tiers[1].Name != "free" {
-				t.Fatalf("tier order %s, %s", tiers[0].Name, tiers[1].Name)
-			}
-			for k, want := range tc.tiers {
-				if got := tiers[k].SharePerSec; math.Abs(got-want) > 1e-6 {
-					t.Errorf("tier %s: share %.6f, want %.6f", tiers[k].Name, got, want)
+				for i, want := range tc.want {
+					if got := shares[i].SharePerSec; math.Abs(got-want) > 1e-6 {
+						t.Errorf("%s: share %.6f, want %.6f", tc.tenants[i].Name, got, want)
+					}
 				}
-			}
-		})
+				if tiers[0].Name != "gold" || tiers[1].Name != "free" {
+					t.Fatalf("tier order %s, %s", tiers[0].Name, tiers[1].Name)
+				}
+				for k, want := range tc.tiers {
+					if got := tiers[k].SharePerSec; math.Abs(got-want) > 1e-6 {
+						t.Errorf("tier %s: share %.6f, want %.6f", tiers[k].Name, got, want)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -128,29 +172,6 @@ func TestFairSharesPlaneTierWins(t *testing.T) {
 	}
 	if s := shares[0]; s.Tier != "gold" || s.Weight != 9 || !math.IsInf(s.LimitPerSec, 1) {
 		t.Errorf("heavy: %+v, want tier gold, weight 9, no limit", s)
-	}
-}
-
-func TestWaterFill(t *testing.T) {
-	for _, tc := range []struct {
-		name                  string
-		capacity              float64
-		weights, floors, caps []float64
-		want                  []float64
-	}{
-		{"equal weights", 30, []float64{1, 1, 1}, []float64{0, 0, 0}, []float64{5, 100, 100}, []float64{5, 12.5, 12.5}},
-		{"weighted", 40, []float64{1, 3}, []float64{0, 0}, []float64{100, 100}, []float64{10, 30}},
-		{"floor", 40, []float64{1, 3}, []float64{20, 0}, []float64{100, 100}, []float64{20, 20}},
-		{"fits", 40, []float64{1, 3}, []float64{20, 0}, []float64{1, 2}, []float64{1, 2}},
-		{"zero capacity", 0, []float64{1, 1}, []float64{0, 0}, []float64{1, 2}, []float64{0, 0}},
-	} {
-		got := WaterFill(tc.capacity, tc.weights, tc.floors, tc.caps)
-		for i := range tc.want {
-			if math.Abs(got[i]-tc.want[i]) > 1e-6 {
-				t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-				break
-			}
-		}
 	}
 }
 

@@ -279,6 +279,7 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 		Plane:             qp.Name,
 		Mode:              enum(ps, "spec.mode", string(s.Mode), Modes[0], Modes),
 		Fairness:          enum(ps, "spec.fairness", string(s.Fairness), "maxmin", FairnessModes),
+		ShareBy:           shareBy(enum(ps, "spec.shareBy", string(s.ShareBy), ShareByTenant, ShareByModes)),
 		FailureMode:       enum(ps, "spec.failureMode", string(s.FailureMode), FailureModes[0], FailureModes),
 		UnknownTenants:    enum(ps, "spec.unknownTenants", string(s.UnknownTenants), UnknownPolicies[0], UnknownPolicies),
 		UnknownEndpoints:  enum(ps, "spec.unknownEndpoints", string(s.UnknownEndpoints), UnknownPolicies[0], UnknownPolicies),
@@ -403,6 +404,15 @@ func tierNames(tiers []Tier) string {
 }
 
 // enum returns value, or def when it is empty, and reports a value outside allowed.
+// shareBy is how a Spec stores a plane's shareBy: the default, tenant, as
+// empty (Spec.ShareBy).
+func shareBy(s string) string {
+	if s == ShareByTenant {
+		return ""
+	}
+	return s
+}
+
 func enum(ps *problems, field, value, def string, allowed []string) string {
 	if value == "" {
 		return def

@@ -202,6 +202,11 @@ func TestPlaneProblemsYieldNoPolicy(t *testing.T) {
 			want: []wantProblem{planeProblem("spec.fairness", `"fifo" is not valid`, "use one of none, maxmin, wfq, drr")},
 		},
 		{
+			name: "bad shareBy",
+			objs: withPlane(func(qp *v1alpha1.QuotaPlane) { qp.Spec.ShareBy = "flow" }),
+			want: []wantProblem{planeProblem("spec.shareBy", `"flow" is not valid`, "use one of tenant, tier")},
+		},
+		{
 			name: "bad failure mode",
 			objs: withPlane(func(qp *v1alpha1.QuotaPlane) { qp.Spec.FailureMode = "panic" }),
 			want: []wantProblem{planeProblem("spec.failureMode", `"panic" is not valid`, "use one of degrade, allow, deny")},

@@ -6,11 +6,13 @@ import (
 )
 
 // Overrides are the enforcer's command-line overrides of a plane's values
-// (seed 002 §8: -mode, -fairness, -reconcile-ms, -burst-pool, -global-rps).
+// (seed 002 §8: -mode, -fairness, -reconcile-ms, -burst-pool, -global-rps;
+// and -share-by).
 // A zero field overrides nothing.
 type Overrides struct {
 	Mode              string
 	Fairness          string
+	ShareBy           string
 	ReconcileInterval time.Duration
 	// BurstPoolSize sets the burst pool's size (its per-tenant ceiling is
 	// capped to it); the plane must have a pool.
@@ -35,6 +37,9 @@ func (p *Policy) Override(o Overrides) (*Policy, error) {
 	}
 	if o.Fairness != "" {
 		spec.Fairness = o.Fairness
+	}
+	if o.ShareBy != "" {
+		spec.ShareBy = shareBy(o.ShareBy)
 	}
 	if o.ReconcileInterval != 0 {
 		spec.ReconcileInterval = o.ReconcileInterval

@@ -323,6 +323,7 @@ func checkSpec(s *Spec) error {
 		allowed     []string
 	}{
 		{"mode", s.Mode, Modes}, {"fairness", s.Fairness, FairnessModes}, {"failureMode", s.FailureMode, FailureModes},
+		{"shareBy (the default, tenant, stored empty)", s.ShareBy, []string{"", ShareByTier}},
 		{"unknownTenants", s.UnknownTenants, UnknownPolicies}, {"unknownEndpoints", s.UnknownEndpoints, UnknownPolicies},
 	} {
 		if !slices.Contains(f.allowed, f.value) {

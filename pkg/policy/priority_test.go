@@ -237,3 +237,29 @@ func expectProblem(t *testing.T, problems []policy.Problem, kind, field, words s
 		t.Fatalf("problems:\n%swant one %s problem on %s with %q", problemList(problems), kind, field, words)
 	}
 }
+
+// TestShareByDefaultKeepsTheHash: shareBy tenant is the default and is
+// stored empty, so that planes keep their hash and enforcers that predate
+// the field keep reading them; tier is stored, and changes the content.
+func TestShareByDefaultKeepsTheHash(t *testing.T) {
+	objs := realisticObjects()
+	pick[*v1alpha1.QuotaPlane](t, objs, "main").Spec.ShareBy = v1alpha1.ShareByTenant
+	p := mustCompile(t, objs...)
+	if p.Hash() != realisticHashBefore004 || !p.Spec().SharesByTenant() || bytes.Contains(p.EncodedSpec(), []byte("shareBy")) {
+		t.Errorf("shareBy tenant spelt out: hash %s, shares by tenant %v, encoding %s; want the unset plane's hash and no field",
+			p.Hash(), p.Spec().SharesByTenant(), p.EncodedSpec())
+	}
+	pick[*v1alpha1.QuotaPlane](t, objs, "main").Spec.ShareBy = v1alpha1.ShareByTier
+	q := mustCompile(t, objs...)
+	if q.Hash() == realisticHashBefore004 || q.Spec().SharesByTenant() || !bytes.Contains(q.EncodedSpec(), []byte(`"shareBy":"tier"`)) {
+		t.Errorf("shareBy tier: hash %s, shares by tenant %v; want its own hash and tier", q.Hash(), q.Spec().SharesByTenant())
+	}
+	back, err := policy.Decode(q.Encode())
+	if err != nil || back.Spec().SharesByTenant() {
+		t.Errorf("decoded shareBy tier: %v, shares by tenant %v", err, back != nil && back.Spec().SharesByTenant())
+	}
+	r, err := q.Override(policy.Overrides{ShareBy: "tenant"})
+	if err != nil || r.Hash() != realisticHashBefore004 {
+		t.Errorf("override to tenant: %v, hash %s; want the default's", err, r.Hash())
+	}
+}

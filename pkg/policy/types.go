@@ -43,9 +43,24 @@ const (
 var (
 	Modes           = []string{"local", "central", "local-reconciled"}
 	FairnessModes   = []string{"none", "maxmin", "wfq", "drr"}
+	ShareByModes    = []string{ShareByTenant, ShareByTier}
 	FailureModes    = []string{"degrade", "allow", "deny"}
 	UnknownPolicies = []string{"default", "deny"}
 )
+
+// The plane's shareBy values (Spec.ShareBy).
+const (
+	// ShareByTenant: contended capacity is shared among tenants by their
+	// weights (seed 002), tier floors kept.
+	ShareByTenant = "tenant"
+	// ShareByTier: among tiers by the tiers' weights and floors, then
+	// within each tier among its tenants by theirs.
+	ShareByTier = "tier"
+)
+
+// SharesByTenant says whether contended capacity is shared among tenants
+// by their weights (ShareByTenant) rather than among tiers first.
+func (s *Spec) SharesByTenant() bool { return s.ShareBy != ShareByTier }
 
 // Bounds on names and weights.
 const (
@@ -242,10 +257,14 @@ type Enforcer struct {
 // priority (weight descending, then name), endpoints, tenants, keys and tier
 // lists by name. Its JSON encoding is what the content hash covers.
 type Spec struct {
-	Namespace         string        `json:"namespace"`
-	Plane             string        `json:"plane"`
-	Mode              string        `json:"mode"`
-	Fairness          string        `json:"fairness"`
+	Namespace string `json:"namespace"`
+	Plane     string `json:"plane"`
+	Mode      string `json:"mode"`
+	Fairness  string `json:"fairness"`
+	// ShareBy is ShareByTier, or empty for the default, ShareByTenant
+	// (Compile leaves the default unset, so that a plane that does not set
+	// it keeps the hash and the encoding it had before the field existed).
+	ShareBy           string        `json:"shareBy,omitempty"`
 	FailureMode       string        `json:"failureMode"`
 	ReconcileInterval time.Duration `json:"reconcileInterval"`
 	Shards            int64         `json:"shards"`
