@@ -4,8 +4,9 @@
 //
 // The upstream's load in a second is the tokens the plane admitted on its
 // endpoints (every one is then sent to it); its capacity in that second is
-// the timeline's. "After one cycle" starts at the sensing run's first cycle
-// that left Healthy; the static run is measured from the same second.
+// the timeline's. "After one cycle" starts at the first whole second after
+// the sensing run's first cycle that left Healthy; the static run is
+// measured from the same second.
 package main
 
 import (
@@ -150,9 +151,12 @@ func do(results, timelineFile, img, planeDir string, outageEnd time.Duration) er
 	if math.IsInf(first, 1) {
 		return fmt.Errorf("no cycle left Healthy after %.0f s", outageStart)
 	}
-	from, to := int(math.Ceil(first)), int(outageEnd.Seconds())
+	// The second in which that cycle ran holds what was admitted before its
+	// plan reached the enforcers (within a reconcile interval): measure
+	// from the next whole second.
+	from, to := int(math.Floor(first))+1, int(outageEnd.Seconds())
 
-	fmt.Printf("Outage from %.0f s; the leader's first cycle out of Healthy at %.1f s; measured over [%d s, %d s) (outage and flapping).\n\n", outageStart, first, from, to)
+	fmt.Printf("Outage from %.0f s; the leader's first cycle out of Healthy at %.1f s; measured over [%d s, %d s) (outage and flapping), from the first whole second after that cycle.\n\n", outageStart, first, from, to)
 	fmt.Println("Critical: the plane's named tenants, owed their nominal allocations (their limits' rates, or what they offered if less).")
 	fmt.Println()
 	fmt.Println("| run | upstream load / its capacity, mean | worst second over capacity | seconds over capacity + 5 % | critical: admitted / owed | critical: refused at the upstream gate | critical: calls the upstream took (not 429) / owed | upstream 429s |")
