@@ -105,13 +105,19 @@
 //
 // When the global level is contended and the plane's fairness is maxmin, wfq
 // or drr, a tick that runs every fairness interval of engine time measures
-// each tenant's demand and shares the global rate hierarchically: among tiers
-// by weighted max-min with their floors, then within each tier among tenants
-// by weighted max-min on demand (pkg/scheduler); a tenant's claim is capped by
-// what its own limit lets through. Each tenant is then paced at its share, so
-// a noisy tenant gets its fair share and no more; every tier keeps its floor
-// as far as its tenants want it, and among tiers that want more than their
-// share the lower-weight tier is cut more. A tenant's demand is a moving
+// each tenant's demand and shares the global rate by weighted max-min on
+// demand (pkg/scheduler), as the plane's shareBy says: tenant (the
+// default, seed 002's) shares it among all the tenants by their weights
+// (a tenant's weight is its tier's or its own), then raises each tier its
+// tenants leave below its floor to the floor; tier shares it among the
+// tiers by their weights and floors first, then within each tier among its
+// tenants, so that a tier's total does not grow with its number of tenants.
+// A tenant's claim is capped by what its own limit lets through. Each
+// tenant is then paced at its share, so a noisy tenant gets its fair share
+// and no more; every tier keeps its floor as far as its tenants want it.
+// The outcome is one water level per tier, a tenant's share its tier's
+// level times its weight. pkg/fairref is the reference both are tested
+// against. A tenant's demand is a moving
 // average over at least 256 of its own arrivals (500 ms for a busy tenant, up
 // to 16 s for a trickle), so the thousands of small tenants of a tier are
 // neither mistaken for silence nor for bursts. A paced tenant's share bucket

@@ -17,6 +17,8 @@
 # run.sh, plots into docs/experiments/img/01-central-*.png.
 #
 #   RESULTS=/tmp/quotaplane-experiments/01-noisy-neighbour-central   raw output
+#   SHARE_BY=tenant   the plane's shareBy (tenant or tier; the numbers in docs/ were
+#                     measured with tier, before tenant became the default)
 #   REPEATS=3 WORKERS=128
 #   ANALYZE_ONLY=1   skip the runs, analyze what RESULTS holds
 set -euo pipefail
@@ -24,6 +26,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 
 RESULTS="${RESULTS:-/tmp/quotaplane-experiments/01-noisy-neighbour-central}"
+SHARE_BY="${SHARE_BY:-tenant}"
 REPEATS="${REPEATS:-3}"
 WORKERS="${WORKERS:-128}"
 PLANE=hack/experiments/01-noisy-neighbour/plane-central
@@ -54,16 +57,16 @@ for i in $(seq 1 "$REPEATS"); do
 		[[ $arm == floors ]] && plane=$FLOORS fairness=maxmin
 		redis-cli -p "$port" flushall >/dev/null
 		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$plane" -nodes 4 -redis-addr "127.0.0.1:$port" \
-			-mode central -fairness "$fairness" -workers "$WORKERS" -seed 1 -rate 1000 -mix read=1 \
+			-mode central -fairness "$fairness" -share-by "$SHARE_BY" -workers "$WORKERS" -seed 1 -rate 1000 -mix read=1 \
 			-duration 30s -warmup 2s -spike "$SPIKE" -quiet -out "$out" >"$out.txt"
 		echo "== $arm, run $i: $out" && cat "$out.txt"
 	done
 done
 
 echo
-"$RESULTS/analyze" -policy "$PLANE" -from 10s -to 20s -spike whale-1:10000 -img docs/experiments/img/01-central- \
+"$RESULTS/analyze" -share-by "$SHARE_BY" -policy "$PLANE" -from 10s -to 20s -spike whale-1:10000 -img docs/experiments/img/01-central- \
 	none="${dirs[none]}" maxmin="${dirs[maxmin]}"
 echo
 echo "== floors: plane-central-floors/ (free floor 20%)"
-"$RESULTS/analyze" -policy "$FLOORS" -from 10s -to 20s -spike whale-1:10000 -img docs/experiments/img/01-central-floors- \
+"$RESULTS/analyze" -share-by "$SHARE_BY" -policy "$FLOORS" -from 10s -to 20s -spike whale-1:10000 -img docs/experiments/img/01-central-floors- \
 	maxmin="${dirs[floors]}"

@@ -18,12 +18,15 @@
 # docs/experiments/img/01-http-*.png.
 #
 #   RESULTS=/tmp/quotaplane-experiments/01-noisy-neighbour-http   raw output
+#   SHARE_BY=tenant   the plane's shareBy (tenant or tier; the numbers in docs/ were
+#                     measured with tier, before tenant became the default)
 #   REPEATS=3 WORKERS=64 CONNS=64
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 
 RESULTS="${RESULTS:-/tmp/quotaplane-experiments/01-noisy-neighbour-http}"
+SHARE_BY="${SHARE_BY:-tenant}"
 REPEATS="${REPEATS:-3}"
 WORKERS="${WORKERS:-64}"
 CONNS="${CONNS:-64}"
@@ -46,7 +49,7 @@ for i in $(seq 1 "$REPEATS"); do
 		out="$RESULTS/$fairness-$i"
 		dirs[$fairness]="${dirs[$fairness]:+${dirs[$fairness]},}$out"
 		api=$(freeport) admin=$(freeport)
-		"$RESULTS/enforcer" -policy "$PLANE" -fairness "$fairness" -listen "127.0.0.1:$api" \
+		"$RESULTS/enforcer" -policy "$PLANE" -fairness "$fairness" -share-by "$SHARE_BY" -listen "127.0.0.1:$api" \
 			-admin-listen "127.0.0.1:$admin" -grpc-listen "" >"$out.enforcer.log" 2>&1 &
 		pid=$!
 		until curl -sf -o /dev/null "http://127.0.0.1:$admin/readyz"; do sleep 0.1; done
@@ -60,5 +63,5 @@ for i in $(seq 1 "$REPEATS"); do
 done
 
 echo
-"$RESULTS/analyze" -policy "$PLANE" -from 10s -to 20s -spike whale-1:10000 -img docs/experiments/img/01-http- \
+"$RESULTS/analyze" -share-by "$SHARE_BY" -policy "$PLANE" -from 10s -to 20s -spike whale-1:10000 -img docs/experiments/img/01-http- \
 	none="${dirs[none]}" maxmin="${dirs[maxmin]}"

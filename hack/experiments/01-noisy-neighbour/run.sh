@@ -12,9 +12,12 @@
 # FairShares) plus the burst pool's ceiling; it plots the first repeat of
 # each mode into docs/experiments/img/01-*.png.
 #
-# A third arm, floors: maxmin on plane-floors/, plane/ with the free tier's
-# floor raised from 5% to 20%, above the free tenants' demand; analyzed
-# against its own plane, plotted into docs/experiments/img/01-floors-*.png.
+# maxmin shares by tenant (the planes' default shareBy, seed 002's); the arm
+# tier is maxmin with -share-by tier (tiers first, then their tenants).
+# Two more arms, floors and floors-tier: maxmin by each shareBy on
+# plane-floors/, plane/ with the free tier's floor raised from 5% to 20%,
+# above the free tenants' demand; analyzed against its own plane, plotted
+# into docs/experiments/img/01-floors-*.png.
 #
 #   RESULTS=/tmp/quotaplane-experiments/01-noisy-neighbour   raw output
 #   REPEATS=3
@@ -37,13 +40,18 @@ go build -o "$RESULTS/analyze" ./hack/experiments/01-noisy-neighbour/analyze
 
 declare -A dirs
 for i in $(seq 1 "$REPEATS"); do
-	for arm in none maxmin floors; do
+	for arm in none maxmin tier floors floors-tier; do
 		out="$RESULTS/$arm-$i"
 		dirs[$arm]="${dirs[$arm]:+${dirs[$arm]},}$out"
 		[[ -n "${ANALYZE_ONLY:-}" ]] && continue
-		plane=$PLANE fairness=$arm
-		[[ $arm == floors ]] && plane=$FLOORS fairness=maxmin
-		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$plane" -fairness "$fairness" -seed 1 \
+		plane=$PLANE fairness=maxmin shareBy=tenant
+		case $arm in
+		none) fairness=none ;;
+		tier) shareBy=tier ;;
+		floors) plane=$FLOORS ;;
+		floors-tier) plane=$FLOORS shareBy=tier ;;
+		esac
+		flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$plane" -fairness "$fairness" -share-by "$shareBy" -seed 1 \
 			-rate 10000 -mix read=1 -duration 30s -warmup 2s -spike "$SPIKE" -quiet -out "$out" >"$out.txt"
 		echo "== $arm, run $i: $out" && cat "$out.txt"
 	done
@@ -53,6 +61,14 @@ echo
 "$RESULTS/analyze" -policy "$PLANE" -from 10s -to 20s -spike whale-1:300000 -img docs/experiments/img/01- \
 	none="${dirs[none]}" maxmin="${dirs[maxmin]}"
 echo
+echo "== shareBy tier"
+"$RESULTS/analyze" -policy "$PLANE" -share-by tier -from 10s -to 20s -spike whale-1:300000 -img docs/experiments/img/01-tier- \
+	maxmin-tier="${dirs[tier]}"
+echo
 echo "== floors: plane-floors/ (free floor 20%)"
 "$RESULTS/analyze" -policy "$FLOORS" -from 10s -to 20s -spike whale-1:300000 -img docs/experiments/img/01-floors- \
 	maxmin="${dirs[floors]}"
+echo
+echo "== floors, shareBy tier"
+"$RESULTS/analyze" -policy "$FLOORS" -share-by tier -from 10s -to 20s -spike whale-1:300000 -img docs/experiments/img/01-floors-tier- \
+	maxmin-tier="${dirs[floors-tier]}"

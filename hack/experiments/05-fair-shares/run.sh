@@ -10,9 +10,12 @@
 #   mix-maxmin   seed 002's read/write/export mix 90/9/1 (costs 1/5/50, 1.85
 #                tokens a request on average) at 16,216 requests/s, 30,000
 #                tokens/s: the same 1.5× overload in tokens, 60 s
+#   maxmin-60s-tier, maxmin-320s-tier, mix-maxmin-tier   the same by
+#                shareBy tier (-share-by tier; the others share by tenant,
+#                the plane's default)
 # Then analyze/ compares every tenant's admitted rate with the reference
-# hierarchical weighted max-min share of pkg/load (FairShares), computed
-# from what the tenants offered, at two filters: share ≥ 1 token/s (the
+# weighted max-min share of pkg/load (FairShares) by the run's shareBy,
+# computed from what the tenants offered, at two filters: share ≥ 1 token/s (the
 # brief's; a tenant below it admits < 40 requests in the window, so its
 # count is too small to judge at ±5%) and share ≥ 0.1 token/s (every tenant
 # held to a water level).
@@ -31,22 +34,33 @@ go run ./cmd/enforcer check "$PLANE"
 go build -o "$RESULTS/load" ./cmd/load
 go build -o "$RESULTS/analyze" ./hack/experiments/05-fair-shares/analyze
 
-run() { # name fairness duration
-	"$RESULTS/load" -policy "$PLANE" -virtual -seed 1 -rate "${RATE:-30000}" -mix "${MIX:-read=1}" -fairness "$2" \
-		-duration "$3" -warmup 20s -quiet -out "$RESULTS/$1" >"$RESULTS/$1.txt"
-	echo "== $1: $RESULTS/$1" && cat "$RESULTS/$1.txt"
+run() { # name fairness duration [flags...]
+	local name=$1 fairness=$2 duration=$3
+	shift 3
+	"$RESULTS/load" -policy "$PLANE" -virtual -seed 1 -rate "${RATE:-30000}" -mix "${MIX:-read=1}" -fairness "$fairness" \
+		-duration "$duration" -warmup 20s -quiet -out "$RESULTS/$name" "$@" >"$RESULTS/$name.txt"
+	echo "== $name: $RESULTS/$name" && cat "$RESULTS/$name.txt"
 }
 run maxmin-60s maxmin 60s
+run maxmin-60s-tier maxmin 60s -share-by tier
 run none-60s none 60s
 run maxmin-320s maxmin 320s
+run maxmin-320s-tier maxmin 320s -share-by tier
 MIX=read=0.9,write=0.09,export=0.01 RATE=16216 run mix-maxmin maxmin 60s
+MIX=read=0.9,write=0.09,export=0.01 RATE=16216 run mix-maxmin-tier maxmin 60s -share-by tier
 
 # In this order the plot draws the read-only maxmin runs last, on top.
-runs=(none-60s="$RESULTS/none-60s" mix-maxmin="$RESULTS/mix-maxmin" maxmin-60s="$RESULTS/maxmin-60s" maxmin-320s="$RESULTS/maxmin-320s")
-echo
-echo "== filter: share ≥ 1 token/s"
-"$RESULTS/analyze" -policy "$PLANE" -min-share 1 -tail-rank 101 "${runs[@]}"
-echo
-echo "== filter: share ≥ 0.1 token/s"
-"$RESULTS/analyze" -policy "$PLANE" -min-share 0.1 -tail-rank 101 -ymax 3 \
-	-plot "$IMG/05-admitted-over-share.png" "${runs[@]}"
+for by in tenant tier; do
+	sfx=""
+	[[ $by == tier ]] && sfx=-tier
+	runs=(none-60s="$RESULTS/none-60s" mix-maxmin$sfx="$RESULTS/mix-maxmin$sfx" maxmin-60s$sfx="$RESULTS/maxmin-60s$sfx"
+		maxmin-320s$sfx="$RESULTS/maxmin-320s$sfx")
+	plot=()
+	[[ $by == tier ]] && plot=(-plot "$IMG/05-admitted-over-share.png")
+	echo
+	echo "== shareBy $by, filter: share ≥ 1 token/s"
+	"$RESULTS/analyze" -policy "$PLANE" -share-by "$by" -min-share 1 -tail-rank 101 "${runs[@]}"
+	echo
+	echo "== shareBy $by, filter: share ≥ 0.1 token/s"
+	"$RESULTS/analyze" -policy "$PLANE" -share-by "$by" -min-share 0.1 -tail-rank 101 -ymax 3 "${plot[@]}" "${runs[@]}"
+done

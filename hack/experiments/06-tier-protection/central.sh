@@ -16,6 +16,8 @@
 # table from ../05-fair-shares/analyze, as for run.sh.
 #
 #   RESULTS=/tmp/quotaplane-experiments/06-tier-protection-central   raw output
+#   SHARE_BY=tenant   the plane's shareBy (tenant or tier; the numbers in docs/ were
+#                     measured with tier, before tenant became the default)
 #   REPEATS=3 WORKERS=128
 #   ANALYZE_ONLY=1   skip the runs, analyze what RESULTS holds
 set -euo pipefail
@@ -23,6 +25,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 
 RESULTS="${RESULTS:-/tmp/quotaplane-experiments/06-tier-protection-central}"
+SHARE_BY="${SHARE_BY:-tenant}"
 REPEATS="${REPEATS:-3}"
 WORKERS="${WORKERS:-128}"
 PLANE=hack/experiments/06-tier-protection/plane-central
@@ -46,7 +49,7 @@ run() { # name fairness profile-flags...
 	[[ -n "${ANALYZE_ONLY:-}" ]] && return
 	redis-cli -p "$port" flushall >/dev/null
 	flock /tmp/quotaplane-bench.lock "$RESULTS/load" -policy "$PLANE" -nodes 4 -redis-addr "127.0.0.1:$port" -mode central \
-		-workers "$WORKERS" -seed 1 -rate 15000 -mix read=1 -fairness "$fairness" \
+		-workers "$WORKERS" -seed 1 -rate 15000 -mix read=1 -fairness "$fairness" -share-by "$SHARE_BY" \
 		-duration 100s -warmup 60s -quiet -out "$RESULTS/$name" "$@" >"$RESULTS/$name.txt"
 	echo "== $name: $RESULTS/$name" && cat "$RESULTS/$name.txt"
 }
@@ -63,4 +66,4 @@ for i in $(seq 1 "$REPEATS"); do
 done
 
 echo
-"$RESULTS/analyze" -policy "$PLANE" -tiers-only "${runs[@]}"
+"$RESULTS/analyze" -share-by "$SHARE_BY" -policy "$PLANE" -tiers-only "${runs[@]}"

@@ -3,7 +3,9 @@
 # 30,000 reads/s (cost 1) are offered against a global limit of 20,000
 # tokens/s: 150% of capacity, across all three tiers (plane/: weights 8/4/1,
 # floors 40/25/5%). Virtual time: exact, deterministic, no bench lock. Two
-# profiles, each with fairness maxmin and, for contrast, none:
+# profiles, each with fairness maxmin by each shareBy (tenant, the plane's
+# default: seed 002's; and tier, -share-by tier, the runs named *-tier)
+# and, for contrast, none:
 #   zipf      seed 002's: 5,000 tenants, Zipf s = 1.2, 50/950/4,000 tiers,
 #             the 20 whales enterprise
 #   balanced  5,000 tenants of equal rate (6 req/s each), 2,000 enterprise,
@@ -38,20 +40,27 @@ run() { # name fairness profile-flags...
 	echo "== $name: $RESULTS/$name" && cat "$RESULTS/$name.txt"
 }
 balanced=(-zipf 0 -enterprise 2000 -standard 1500)
+mix=(-mix read=0.9,write=0.09,export=0.01 -rate 16216)
 run zipf-maxmin maxmin
+run zipf-maxmin-tier maxmin -share-by tier
 run zipf-none none
 run balanced-maxmin maxmin "${balanced[@]}"
+run balanced-maxmin-tier maxmin -share-by tier "${balanced[@]}"
 run balanced-none none "${balanced[@]}"
-
-echo
-"$RESULTS/analyze" -policy "$PLANE" -tiers-only \
-	zipf-maxmin="$RESULTS/zipf-maxmin" zipf-none="$RESULTS/zipf-none" \
-	balanced-maxmin="$RESULTS/balanced-maxmin" balanced-none="$RESULTS/balanced-none"
-
-mix=(-mix read=0.9,write=0.09,export=0.01 -rate 16216)
 run zipf-mix-maxmin maxmin "${mix[@]}"
+run zipf-mix-maxmin-tier maxmin -share-by tier "${mix[@]}"
 run zipf-mix-none none "${mix[@]}"
 
-echo
-"$RESULTS/analyze" -policy "$PLANE" -tiers-only \
-	zipf-mix-maxmin="$RESULTS/zipf-mix-maxmin" zipf-mix-none="$RESULTS/zipf-mix-none"
+# Each shareBy's runs against its own reference; none against tenant's.
+for by in tenant tier; do
+	sfx=""
+	[[ $by == tier ]] && sfx=-tier
+	echo
+	echo "== shareBy $by"
+	"$RESULTS/analyze" -policy "$PLANE" -share-by "$by" -tiers-only \
+		zipf-maxmin$sfx="$RESULTS/zipf-maxmin$sfx" zipf-none="$RESULTS/zipf-none" \
+		balanced-maxmin$sfx="$RESULTS/balanced-maxmin$sfx" balanced-none="$RESULTS/balanced-none"
+	echo
+	"$RESULTS/analyze" -policy "$PLANE" -share-by "$by" -tiers-only \
+		zipf-mix-maxmin$sfx="$RESULTS/zipf-mix-maxmin$sfx" zipf-mix-none="$RESULTS/zipf-mix-none"
+done

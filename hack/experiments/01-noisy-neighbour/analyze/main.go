@@ -133,10 +133,14 @@ func run() error {
 		skipFlag  = flag.Duration("skip", 2*time.Second, "left out at the start of the 'before' window")
 		spike     = flag.String("spike", "whale-1:300000", "the spiking tenant and its extra rate, req/s")
 		img       = flag.String("img", "", "prefix of the PNG plots (e.g. docs/experiments/img/01-)")
+		shareBy   = flag.String("share-by", "", "the shareBy the runs were made with, if they overrode the plane's (tenant or tier)")
 	)
 	flag.Parse()
 	p, err := policy.LoadDir(*policyDir)
 	if err != nil {
+		return err
+	}
+	if p, err = p.Override(policy.Overrides{ShareBy: *shareBy}); err != nil {
 		return err
 	}
 	whale, rateText, _ := strings.Cut(*spike, ":")

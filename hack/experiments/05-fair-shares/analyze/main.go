@@ -1,12 +1,13 @@
 // Command analyze compares runs of cmd/load with the reference fair shares
 // of pkg/load (FairShares): per run, each tenant's admitted tokens per
 // second (tenants.csv counts requests and their costs) against its
-// hierarchical weighted max-min share, the worst deviation and its
+// weighted max-min share by the plane's shareBy (or -share-by's, the
+// override the runs were made with), the worst deviation and its
 // distribution over tenants whose share is at least -min-share tokens/s,
 // and the long tail's admitted rate against its share. It prints Markdown
 // tables and, with -plot, draws admitted/share by rank for every run.
 //
-//	analyze -policy DIR [-min-share 1] [-tail-rank 101] [-plot PNG] name=RUNDIR...
+//	analyze -policy DIR [-share-by tenant|tier] [-min-share 1] [-tail-rank 101] [-plot PNG] name=RUNDIR...
 package main
 
 import (
@@ -45,6 +46,7 @@ func run() error {
 		worstN    = flag.Int("worst", 5, "list this many worst tenants per run")
 		tiersOnly = flag.Bool("tiers-only", false, "print only the tiers' table")
 		yMax      = flag.Float64("ymax", 0, "clip the plot's admitted/share at this value (0: no clipping)")
+		shareBy   = flag.String("share-by", "", "the shareBy the runs were made with, if they overrode the plane's (tenant or tier)")
 	)
 	flag.Parse()
 	if *policyDir == "" || flag.NArg() == 0 {
@@ -52,6 +54,9 @@ func run() error {
 	}
 	p, err := policy.LoadDir(*policyDir)
 	if err != nil {
+		return err
+	}
+	if p, err = p.Override(policy.Overrides{ShareBy: *shareBy}); err != nil {
 		return err
 	}
 	var reports []namedReport
