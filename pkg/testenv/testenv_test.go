@@ -12,8 +12,8 @@ import (
 
 func TestStartInstallsTheCRDs(t *testing.T) {
 	env := testenv.Start(t)
-	if len(env.CRDs) != 4 {
-		t.Fatalf("installed %d CRDs, want the 4 of quotaplane.io", len(env.CRDs))
+	if len(env.CRDs) != 5 {
+		t.Fatalf("installed %d CRDs, want the 5 of quotaplane.io (QuotaPlane, TenantQuota, EndpointQuota, BurstPool, Upstream)", len(env.CRDs))
 	}
 	var list v1alpha1.QuotaPlaneList
 	if err := env.Client.List(context.Background(), &list, client.InNamespace("default")); err != nil {
