@@ -58,7 +58,7 @@ type centralStats struct {
 // centralCall is one request on its way through the script.
 type centralCall struct {
 	snap      *snapshot
-	tenant    policy.Tenant
+	tenant    *policy.Tenant   // the snapshot's record's
 	endpoint  *policy.Endpoint // nil for an endpoint the plane does not name
 	epLim     *policy.Limit
 	keyLim    *policy.Limit
@@ -189,10 +189,8 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 		return nil, err
 	}
 	p := snap.policy
-	t, known := p.Tenant(r.Tenant)
-	if !known {
-		t, _ = p.DefaultTenant(r.Tenant, r.Tier) // resolve checked that the plane lets it through
-	}
+	rec, _ := snap.recordOf(r.Tenant, r.Tier) // resolve checked that the plane lets it through
+	t := &rec.tenant
 	c := callPool.Get().(*centralCall)
 	c.reset()
 	c.snap, c.tenant, c.cost = snap, t, cost
@@ -200,17 +198,16 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 	if ep >= 0 {
 		endpointName = snap.endpoints[ep].Name // canonical: "Export" is export's bucket
 		c.endpoint = &snap.endpoints[ep]
-		c.epLim = p.EndpointLimit(&t, ep)
+		c.epLim = p.EndpointLimit(t, ep)
 	}
 	if r.APIKey != "" {
-		c.keyLim = p.KeyLimit(&t, r.APIKey)
+		c.keyLim = p.KeyLimit(t, r.APIKey)
 	}
-	shard, parts := b.shards.shardOf(len(snap.shardPrefixes), &t, r.APIKey)
+	shard, parts := b.shards.shardOf(len(snap.shardPrefixes), r.Tenant, t, r.APIKey)
 	c.shard = shard
 	prefix := snap.shardPrefixes[shard]
 	holder := lengthPrefixed(r.Tenant)
-	c.tierRank = snap.tierRank[t.Tier]
-	c.mayBorrow = p.MayBorrow(&t)
+	c.tierRank, c.mayBorrow = rec.tierRank, rec.mayBorrow
 	c.limits = [4]*policy.Limit{t.Limit, nil, c.epLim, c.keyLim}
 	if c.mayBorrow {
 		c.limits[1] = snap.borrowCeiling
@@ -252,17 +249,26 @@ func lengthPrefixed(s string) string { return strconv.Itoa(len(s)) + ":" + s }
 // and writes it to the tenant's trace, for the debug view: as a decision
 // of the engine's own does (the failure mode's are).
 func (b *central) record(c *centralCall, r *Request, d *Decision) {
-	e := b.e
-	local := e.snap.Load()
-	ts := local.known[r.Tenant]
-	if ts == nil {
-		ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(local.known))
-	}
-	ts.mu.Lock()
+	ts, known := b.state(r)
 	defer ts.mu.Unlock()
-	ts.lastSeen = e.clock()
+	ts.known = known
+	ts.lastSeen = b.e.clock()
 	b.countDemandLocked(ts, d)
 	ts.recordLocked(ts.lastSeen, d, r.APIKey, c.endpoint)
+}
+
+// state is r's tenant's state on this node, locked, and whether the policy
+// names the tenant: in mode central the state holds no limits (it is never
+// moved to a snapshot), only what the node counts and traces.
+func (b *central) state(r *Request) (ts *tenantState, known bool) {
+	e := b.e
+	local := e.snap.Load()
+	ts, known = local.known[r.Tenant], true
+	if ts == nil {
+		ts, known = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(local.known)), false
+	}
+	ts.mu.Lock()
+	return ts, known
 }
 
 // countDemandLocked counts a decision Redis made as the tenant's demand on
@@ -372,7 +378,7 @@ var callPool = sync.Pool{New: func() any {
 }}
 
 func (c *centralCall) reset() {
-	c.snap, c.tenant, c.endpoint, c.epLim, c.keyLim = nil, policy.Tenant{}, nil, nil, nil
+	c.snap, c.tenant, c.endpoint, c.epLim, c.keyLim = nil, nil, nil, nil, nil
 	c.cost, c.tierRank, c.mayBorrow, c.shard = 0, 0, false, 0
 	c.keys, c.limits, c.reply, c.at, c.err = [4]string{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, 0, nil
 	c.share, c.aboveShare = shareLevel{}, false

@@ -237,7 +237,6 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 	}
 	cf.unmeasured = [policy.MaxTiers]float64{}
 	cf.last = now
-	p := snap.policy
 	// A node sees its part of a spread tenant's arrivals: its average may
 	// run as many times longer as there are nodes, to rest on as many
 	// arrivals as one engine's. Split into pieces with a node's noise, a
@@ -262,10 +261,8 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 		if demand <= 0 && offered == 0 {
 			continue
 		}
-		t, known := p.Tenant(ts.name)
-		if !known {
-			t, _ = p.DefaultTenant(ts.name, tier)
-		}
+		rec, _ := snap.recordOf(ts.name, tier)
+		t := &rec.tenant
 		rank, ok := snap.tierRank[t.Tier]
 		if !ok {
 			continue
@@ -277,7 +274,7 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 		limit := math.Inf(1) // what the tenant's own limits let through
 		if t.Limit != nil {
 			limit = perSecond(*t.Limit)
-			if p.MayBorrow(&t) && snap.pool != nil {
+			if rec.mayBorrow && snap.pool != nil {
 				limit += perSecond(*snap.pool)
 			}
 		}

@@ -63,15 +63,10 @@ func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs [
 
 // recordGroup is record for a request of a group (recordGroupLocked).
 func (b *central) recordGroup(c *centralCall, r *Request, d *Decision, groupAllowed bool) {
-	e := b.e
-	local := e.snap.Load()
-	ts := local.known[r.Tenant]
-	if ts == nil {
-		ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(local.known))
-	}
-	ts.mu.Lock()
+	ts, known := b.state(r)
 	defer ts.mu.Unlock()
-	ts.lastSeen = e.clock()
+	ts.known = known
+	ts.lastSeen = b.e.clock()
 	b.countDemandLocked(ts, d)
 	ts.recordGroupLocked(ts.lastSeen, d, r.APIKey, c.endpoint, groupAllowed)
 }

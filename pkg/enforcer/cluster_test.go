@@ -105,7 +105,7 @@ spec: {endpoint: write, cost: 7}
 `
 		e := centralEngine(t, compileYAML(t, yaml), cluster.Client(t), "n0", WithRedisTimeout(5*time.Second))
 		// Two tenants in different shards: the group's parts are two calls.
-		shard := func(name string) int { s, _ := e.central.shards.shardOf(3, &policy.Tenant{Name: name}, ""); return s }
+		shard := func(name string) int { s, _ := e.central.shards.shardOf(3, name, &policy.Tenant{}, ""); return s }
 		x, y := "t0", "t1"
 		for i := 1; shard(y) == shard(x); i++ {
 			y = sprintf("t%d", i)
@@ -141,7 +141,7 @@ spec: {endpoint: write, cost: 7}
   tiers: [{name: t, weight: 1}]
 `)
 		e := centralEngine(t, p, cluster.Client(t), "n0")
-		home, _ := e.central.shards.shardOf(3, &policy.Tenant{Name: "hot"}, "")
+		home, _ := e.central.shards.shardOf(3, "hot", &policy.Tenant{}, "")
 		deadline := time.Now().Add(10 * time.Second)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -194,8 +195,7 @@ func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
 // in a tier with no pacing, must not get a NaN fair share.
 func TestShareRateWithoutDemand(t *testing.T) {
 	var f fairness
-	ts := &tenantState{}
-	ts.tenant.Weight = 3
+	ts := &tenantState{rec: &tenantRecord{tenant: policy.Tenant{Weight: 3}}}
 	ts.partBits.Store(math.Float64bits(0))
 	f.levelBits[0].Store(math.Float64bits(math.Inf(1)))
 	if r := f.shareRate(ts); !math.IsInf(r, 1) {

@@ -635,19 +635,19 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		l.offered += counted
 		if !l.canCover(cost) {
 			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.lim)
-			if ts.mayBorrow && !l.never(cost) {
+			if ts.rec.mayBorrow && !l.never(cost) {
 				short := l.shortfall(cost)
 				ts.allowance.settle(now)
 				if ts.allowance.canCover(short) {
 					lower, borrow = LevelNone, short
 				} else {
-					lowerReason = snap.reason(reasonTenantCeiling, ts.tenant.Limit)
+					lowerReason = snap.reason(reasonTenantCeiling, ts.rec.tenant.Limit)
 				}
 			}
 		}
 	}
-	if lower == LevelNone && ep >= 0 {
-		if l := &ts.endpoints[ep]; l.active() && !snap.small(l.lim, cost) {
+	if slot := ts.rec.endpointSlot(ep); lower == LevelNone && slot >= 0 {
+		if l := &ts.endpoints[slot]; l.active() && !snap.small(l.lim, cost) {
 			epLim = l
 			l.settle(now)
 			l.offered += counted
@@ -708,7 +708,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	var reserve int64
 	switch {
 	case snap.fairness == fairNone:
-		reserve = snap.reserves[ts.tierRank]
+		reserve = snap.reserves[ts.rec.tierRank]
 	case contended && (mode == fromQueue || math.Float64frombits(ts.demandBits.Load()) > shareRate):
 		// A tenant that wants more than its share leaves the bottom of the
 		// global bucket to those within theirs: the noise of a plane run at
@@ -721,7 +721,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		// it whatever they say.
 		pl.pool.settle(now)
 		if !pl.pool.canCover(borrow) {
-			lower, lowerLim, lowerReason = LevelTenant, &ts.limit, snap.reason(reasonTenantPoolDry, ts.tenant.Limit)
+			lower, lowerLim, lowerReason = LevelTenant, &ts.limit, snap.reason(reasonTenantPoolDry, ts.rec.tenant.Limit)
 		}
 	}
 	allow := globalOK && shareOK && lower == LevelNone
@@ -741,7 +741,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	}
 	globalRemaining := glob.remaining() // read under plane.mu: other tenants debit it
 	var pool limiter                    // a copy, for the wait of a tenant that may borrow
-	if !allow && globalOK && shareOK && lower == LevelTenant && ts.mayBorrow && pl.pool.active() {
+	if !allow && globalOK && shareOK && lower == LevelTenant && ts.rec.mayBorrow && pl.pool.active() {
 		pl.pool.settle(now)
 		pool = pl.pool
 	}
@@ -761,7 +761,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			g.take(&ts.limit, cost-borrow, now)
 		}
 		if borrow > 0 {
-			g.take(&ts.allowance, borrow, now)
+			g.take(ts.allowance, borrow, now)
 			d.Borrowed = borrow
 		}
 		if epLim != nil {
@@ -806,7 +806,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		d.Level, d.Bound, d.Reason = lower, lower, lowerReason
 		wait := lowerLim.retryAfterUs(cost, now)
 		if pool.active() {
-			wait = borrowWaitUs(&ts.limit, &ts.allowance, &pool, cost, now, wait)
+			wait = borrowWaitUs(&ts.limit, ts.allowance, &pool, cost, now, wait)
 		}
 		d.RetryAfter = retryDuration(wait)
 		d.Remaining = lowerLim.remaining()

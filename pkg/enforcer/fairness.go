@@ -66,11 +66,11 @@ func (f *fairness) claimTick(now int64, interval time.Duration) bool {
 // its tier's level times its weight, times the part of its fleet-wide
 // demand that arrives here (1 but in mode local-reconciled).
 func (f *fairness) shareRate(ts *tenantState) float64 {
-	level := math.Float64frombits(f.levelBits[ts.tierRank].Load())
+	level := math.Float64frombits(f.levelBits[ts.rec.tierRank].Load())
 	if math.IsInf(level, 1) {
 		return level // the tier's whole demand fits: no pacing, whatever the part
 	}
-	return level * float64(ts.tenant.Weight) * math.Float64frombits(ts.partBits.Load())
+	return level * float64(ts.rec.tenant.Weight) * math.Float64frombits(ts.partBits.Load())
 }
 
 // tick measures demand, reallocates contended capacity and prunes idle state.
@@ -118,8 +118,8 @@ func (e *Engine) tick(now int64) {
 		// A tenant not yet moved to this policy counts with weight 1 in
 		// the lowest tier until it is.
 		f.weights[i], f.ranks[i], f.caps[i] = 1, len(snap.floors)-1, math.Inf(1)
-		if ts.snap == snap && ts.tenant.Weight >= 1 {
-			f.weights[i], f.ranks[i] = float64(ts.tenant.Weight), ts.tierRank
+		if ts.snap == snap && ts.rec.tenant.Weight >= 1 {
+			f.weights[i], f.ranks[i] = float64(ts.rec.tenant.Weight), ts.rec.tierRank
 			f.caps[i] = ts.sustainableRate(snap) * scale
 		}
 		ts.mu.Unlock()

@@ -137,22 +137,18 @@ type hybridCall struct {
 // allocating nothing: most requests of a plane with small limits meet none.
 func (s *snapshot) meetsSmall(r *Request, ep int, cost int64) bool {
 	p := s.policy
-	t, known := p.Tenant(r.Tenant)
-	if !known {
-		t, _ = p.DefaultTenant(r.Tenant, r.Tier)
-	}
-	return s.small(t.Limit, cost) || ep >= 0 && s.small(p.EndpointLimit(&t, ep), cost) ||
-		r.APIKey != "" && s.small(p.KeyLimit(&t, r.APIKey), cost)
+	rec, _ := s.recordOf(r.Tenant, r.Tier)
+	t := &rec.tenant
+	return s.small(t.Limit, cost) || ep >= 0 && s.small(p.EndpointLimit(t, ep), cost) ||
+		r.APIKey != "" && s.small(p.KeyLimit(t, r.APIKey), cost)
 }
 
 // smallLevels appends to hc the small limits r meets (resolved in snap: ep
 // and cost as snap.resolve gave them).
 func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (tenant, endpoint, key int) {
 	p := s.policy
-	t, known := p.Tenant(r.Tenant)
-	if !known {
-		t, _ = p.DefaultTenant(r.Tenant, r.Tier)
-	}
+	rec, _ := s.recordOf(r.Tenant, r.Tier)
+	t := &rec.tenant
 	holder := ""
 	add := func(level Level, lim *policy.Limit, endpointName string) int {
 		if !s.small(lim, cost) {
@@ -167,10 +163,10 @@ func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (
 	}
 	tenant = add(LevelTenant, t.Limit, "")
 	if ep >= 0 {
-		endpoint = add(LevelEndpoint, p.EndpointLimit(&t, ep), s.endpoints[ep].Name)
+		endpoint = add(LevelEndpoint, p.EndpointLimit(t, ep), s.endpoints[ep].Name)
 	}
 	if r.APIKey != "" {
-		key = add(LevelKey, p.KeyLimit(&t, r.APIKey), "")
+		key = add(LevelKey, p.KeyLimit(t, r.APIKey), "")
 	}
 	return tenant, endpoint, key
 }

@@ -175,12 +175,12 @@ func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision
 // flowWeight is a waiter's weight in the discipline: its tier's weight
 // times its own (a tenant the policy does not name has weight 1 in its tier).
 func flowWeight(snap *snapshot, r Request) float64 {
-	t, known := snap.policy.Tenant(r.Tenant)
-	if !known {
-		t, _ = snap.policy.DefaultTenant(r.Tenant, r.Tier)
-		t.Weight = 1
+	rec, known := snap.recordOf(r.Tenant, r.Tier)
+	weight := int64(1)
+	if known {
+		weight = rec.tenant.Weight
 	}
-	return float64(snap.tierWeights[snap.tierRank[t.Tier]] * t.Weight)
+	return float64(snap.tierWeights[rec.tierRank] * weight)
 }
 
 // heldLocked is the number of waiters the queue holds, abandoned ones not

@@ -369,8 +369,11 @@ func (r *reconciler) busiest() []busyTenant {
 	var busy []busyTenant
 	for _, ts := range r.scratch {
 		if demand := math.Float64frombits(ts.demandBits.Load()); demand >= 1 {
+			weight := int64(1)
 			ts.mu.Lock()
-			weight := max(ts.tenant.Weight, 1)
+			if ts.rec != nil {
+				weight = max(ts.rec.tenant.Weight, 1)
+			}
 			ts.mu.Unlock()
 			busy = append(busy, busyTenant{ts: ts, demand: demand, weight: weight})
 		}

@@ -45,7 +45,7 @@ import (
 type levelBucket struct {
 	ts    *tenantState
 	level Level
-	ep    int    // LevelEndpoint: index in the snapshot's endpoints
+	ep    int    // LevelEndpoint: index in the tenant's endpoint limiters (its record's endpoints)
 	key   string // LevelKey: the api key
 	name  string // the fleet's bucket in Redis
 	lim   *policy.Limit
@@ -101,10 +101,10 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 		}
 		add(&ts.limit, LevelTenant, -1, "", "")
 		for i := range ts.endpoints {
-			add(&ts.endpoints[i], LevelEndpoint, i, snap.endpoints[i].Name, "")
+			add(&ts.endpoints[i], LevelEndpoint, i, snap.endpoints[ts.rec.endpoints[i].ep].Name, "")
 		}
-		for key, ks := range ts.keys {
-			add(&ks.limit, LevelKey, -1, "", key)
+		for ks := range ts.keys.all() {
+			add(&ks.limit, LevelKey, -1, "", ks.key)
 		}
 		ts.mu.Unlock()
 	}
@@ -222,7 +222,7 @@ func (b *levelBucket) limiterLocked(snap *snapshot) *limiter {
 			l = &ts.endpoints[b.ep]
 		}
 	case LevelKey:
-		if ks := ts.keys[b.key]; ks != nil {
+		if ks := ts.keys.get(b.key); ks != nil {
 			l = &ks.limit
 		}
 	}

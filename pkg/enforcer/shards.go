@@ -62,13 +62,14 @@ func shardPrefixes(p *policy.Policy) []string {
 	return prefixes
 }
 
-// shardOf is the shard that decides a request of tenant t with apiKey, and
-// how many parts t's limits are split into.
-func (sh *shards) shardOf(k int, t *policy.Tenant, apiKey string) (shard int, parts int64) {
+// shardOf is the shard that decides a request of the tenant named name,
+// whose limits are t, with apiKey, and how many parts t's limits are split
+// into.
+func (sh *shards) shardOf(k int, name string, t *policy.Tenant, apiKey string) (shard int, parts int64) {
 	if k <= 1 {
 		return 0, 1
 	}
-	home := homeShard(k, t)
+	home := homeShard(k, name)
 	if t.Shards <= 1 {
 		return home, 1
 	}
@@ -81,9 +82,10 @@ func (sh *shards) shardOf(k int, t *policy.Tenant, apiKey string) (shard int, pa
 	return (home + int(part%uint64(t.Shards))) % k, t.Shards
 }
 
-// homeShard is the shard tenant t lives in, or its first part's, of k > 1.
-func homeShard(k int, t *policy.Tenant) int {
-	return int(crc32.ChecksumIEEE([]byte(t.Name)) % uint32(k))
+// homeShard is the shard the tenant named name lives in, or its first
+// part's, of k > 1.
+func homeShard(k int, name string) int {
+	return int(crc32.ChecksumIEEE([]byte(name)) % uint32(k))
 }
 
 // weight is shard s's part of the global limit.

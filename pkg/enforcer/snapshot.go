@@ -93,6 +93,13 @@ type snapshot struct {
 	contendedReserve int64
 
 	reasons map[reasonKey]string
+
+	// The tenants' records (record.go): records of those the policy
+	// names, tierRecords of the others by tier, defaultRecord the default
+	// tier's, deniedRecord the zero tenant's.
+	records                     map[string]*tenantRecord
+	tierRecords                 map[string]*tenantRecord
+	defaultRecord, deniedRecord *tenantRecord
 }
 
 // changeTime is when state moves to this snapshot for a decision (or a
@@ -199,6 +206,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 			s.addReason(reasonEndpoint, &t.Endpoints[j].Limit)
 		}
 	}
+	s.resolveRecords()
 	return s
 }
 

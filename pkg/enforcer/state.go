@@ -28,29 +28,30 @@ type tenantState struct {
 	arrivals int64
 	stats    counters
 
-	limit     limiter   // the tenant level
-	endpoints []limiter // per endpoint of snap, aligned with snap.endpoints; in epInline when few
-	epInline  [inlineEndpoints]limiter
+	limit limiter // the tenant level
+	// endpoints are the endpoint level's limiters, aligned with
+	// rec.endpoints (the endpoints on which the tenant has a limit).
+	endpoints []limiter
 	// lastKey caches the most recent api key's state: most traffic of a
 	// tenant comes through few keys.
 	lastKey      string
 	lastKeyState *keyState
-	// hashedKey is the api key whose short hash is keyHash: the trace
-	// stores a key's hash, never the key, and most of a tenant's traffic
-	// comes through few keys. Beside lastKey: the same cache lines.
-	hashedKey string
-	keyHash   [shortKeyHashBytes]byte
-	keys      map[string]*keyState
+	keys         keyTable
 
-	tierRank  int
-	mayBorrow bool
-	share     shareBucket
-	allowance limiter // borrow allowance: PerTenantCeiling, repaid at the pool's refill rate
-	trace     traceRing
+	share shareBucket
+	// allowance is the borrow allowance (PerTenantCeiling, repaid at the
+	// pool's refill rate) of a tenant that may borrow, or once could (its
+	// debt stays); nil for one that never could.
+	allowance *limiter
+	// trace holds the tenant's last decisions from its first one (a tenant
+	// the policy names) or its first denial (one it does not: most of a
+	// million such tenants are never denied, and their traces would be
+	// most of their memory); nil until then.
+	trace *traceRing
 
 	name          string
 	requestedTier string        // the tier the first request asked for (unknown tenants)
-	tenant        policy.Tenant // the effective limits, from snap
+	rec           *tenantRecord // the effective limits, from snap
 
 	// demandBits is the measured demand in tokens per second (float64
 	// bits), written by the fairness tick.
@@ -64,12 +65,9 @@ type tenantState struct {
 	demandAverage, demandWeight, arrivalAverage float64
 }
 
-// inlineEndpoints is how many endpoint limiters live inside tenantState,
-// saving a pointer chase on every decision of a plane with few endpoints.
-const inlineEndpoints = 4
-
 // keyState is one api key's limiter.
 type keyState struct {
+	key      string // the api key, or overflowName
 	limit    limiter
 	lastSeen int64
 }
@@ -83,7 +81,7 @@ type counters struct {
 }
 
 // recordLocked counts decision d, made at now, in the tenant's counters and
-// writes it to its trace.
+// writes it to its trace (tenantState.trace).
 func (ts *tenantState) recordLocked(now int64, d *Decision, apiKey string, endpoint *policy.Endpoint) {
 	if d.Allow {
 		ts.stats.admitted++
@@ -92,8 +90,13 @@ func (ts *tenantState) recordLocked(now int64, d *Decision, apiKey string, endpo
 	} else {
 		ts.stats.denied[d.Level.index()]++
 	}
-	h, hasKey := ts.keyHashLocked(apiKey)
-	ts.trace.record(now, d, h, hasKey, endpoint)
+	if ts.trace == nil {
+		if d.Allow && !ts.known {
+			return
+		}
+		ts.trace = new(traceRing)
+	}
+	ts.trace.record(now, d, apiKey, endpoint)
 }
 
 // recordGroupLocked records a request of a group: as recordLocked when the
@@ -104,21 +107,10 @@ func (ts *tenantState) recordGroupLocked(now int64, d *Decision, apiKey string, 
 		ts.recordLocked(now, d, apiKey, endpoint)
 		return
 	}
-	undone := Decision{Cost: d.Cost, Reason: reasonGroupUndone}
-	h, hasKey := ts.keyHashLocked(apiKey)
-	ts.trace.record(now, &undone, h, hasKey, endpoint)
-}
-
-// keyHashLocked is the short hash of an api key (policy.ShortKeyHash, as
-// bytes); ok is false for no key. Computed once per change of key.
-func (ts *tenantState) keyHashLocked(key string) (h [shortKeyHashBytes]byte, ok bool) {
-	if key == "" {
-		return h, false
+	if ts.trace != nil {
+		undone := Decision{Cost: d.Cost, Reason: reasonGroupUndone}
+		ts.trace.record(now, &undone, apiKey, endpoint)
 	}
-	if key != ts.hashedKey {
-		ts.hashedKey, ts.keyHash = key, shortKeyHash(key)
-	}
-	return ts.keyHash, true
 }
 
 // overflowName names the state shared by keys (and tenants) beyond the bounds.
@@ -129,49 +121,40 @@ const overflowName = "\x00overflow"
 func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 	now = snap.changeTime(now)
 	p := snap.policy
-	t, known := p.Tenant(ts.name)
-	if !known {
-		t, _ = p.DefaultTenant(ts.name, ts.requestedTier)
-	}
-	ts.tenant, ts.known = t, known
+	old := ts.rec
+	ts.rec, ts.known = snap.recordOf(ts.name, ts.requestedTier)
+	t := &ts.rec.tenant
 	ts.lastKey, ts.lastKeyState = "", nil // the key's state may change below (overflow, deletion)
-	ts.tierRank = snap.tierRank[t.Tier]
-	ts.mayBorrow = p.MayBorrow(&t)
 	ts.limit.change(t.Limit, now)
 	ts.limit.fit(snap, now)
-	ts.allowance.change(snap.borrowCeiling, now)
+	if ts.allowance == nil && ts.rec.mayBorrow {
+		ts.allowance = new(limiter)
+	}
+	if ts.allowance != nil {
+		ts.allowance.change(snap.borrowCeiling, now)
+	}
 
-	var inline [inlineEndpoints]limiter
 	var endpoints []limiter
-	if n := len(snap.endpoints); n <= inlineEndpoints {
-		endpoints = inline[:n]
-	} else {
-		endpoints = make([]limiter, n)
-	}
-	for i := range snap.endpoints {
-		lim := p.EndpointLimit(&t, i)
-		if old := ts.endpointLimiter(snap.endpoints[i].Name); old != nil {
-			endpoints[i] = *old
-			endpoints[i].change(lim, now)
-		} else {
-			endpoints[i].reset(lim, now)
+	if limited := ts.rec.endpoints; limited != nil {
+		endpoints = make([]limiter, len(limited))
+		for i, re := range limited {
+			if l := ts.endpointLimiter(old, snap.endpoints[re.ep].Name); l != nil {
+				endpoints[i] = *l
+				endpoints[i].change(re.lim, now)
+			} else {
+				endpoints[i].reset(re.lim, now)
+			}
+			endpoints[i].fit(snap, now)
 		}
-		endpoints[i].fit(snap, now)
-	}
-	if len(endpoints) <= inlineEndpoints {
-		// Written only now: the loop above read the old limiters, which
-		// may live in epInline.
-		ts.epInline = inline
-		endpoints = ts.epInline[:len(endpoints)]
 	}
 	ts.endpoints = endpoints
-	for key, ks := range ts.keys {
-		lim := p.KeyLimit(&t, key)
-		if key == overflowName {
-			lim = p.KeyLimit(&t, "")
+	for ks := range ts.keys.all() {
+		lim := p.KeyLimit(t, ks.key)
+		if ks.key == overflowName {
+			lim = p.KeyLimit(t, "")
 		}
 		if lim == nil { // the key has no limit any more
-			ts.deleteKeyLocked(key, ks, keys)
+			ts.deleteKeyLocked(ks, keys)
 			continue
 		}
 		ks.limit.change(lim, now)
@@ -187,14 +170,14 @@ func (ts *tenantState) forEachLimiterLocked(f func(*limiter)) {
 	for i := range ts.endpoints {
 		f(&ts.endpoints[i])
 	}
-	for _, ks := range ts.keys {
+	for ks := range ts.keys.all() {
 		f(&ks.limit)
 	}
 }
 
 // deleteKeyLocked forgets an api key's state.
-func (ts *tenantState) deleteKeyLocked(key string, ks *keyState, keys *keyBudget) {
-	delete(ts.keys, key)
+func (ts *tenantState) deleteKeyLocked(ks *keyState, keys *keyBudget) {
+	ts.keys.remove(ks.key)
 	keys.count.Add(-1)
 	if ks == ts.lastKeyState {
 		ts.lastKey, ts.lastKeyState = "", nil
@@ -218,20 +201,21 @@ func (ts *tenantState) sustainableRate(snap *snapshot) float64 {
 		return math.Inf(1)
 	}
 	rate := perSecond(*ts.limit.lim)
-	if ts.mayBorrow && snap.pool != nil {
+	if ts.rec.mayBorrow && snap.pool != nil {
 		rate += perSecond(*snap.pool)
 	}
 	return rate
 }
 
-// endpointLimiter finds the tenant's limiter for an endpoint of the snapshot
-// it was last synced to.
-func (ts *tenantState) endpointLimiter(name string) *limiter {
-	if ts.snap == nil {
+// endpointLimiter finds the tenant's limiter for the endpoint named name
+// in the snapshot it was last synced to, whose record was rec; nil when it
+// had none.
+func (ts *tenantState) endpointLimiter(rec *tenantRecord, name string) *limiter {
+	if ts.snap == nil || rec == nil {
 		return nil
 	}
-	for i := range ts.snap.endpoints {
-		if ts.snap.endpoints[i].Name == name && i < len(ts.endpoints) {
+	for i, re := range rec.endpoints {
+		if ts.snap.endpoints[re.ep].Name == name && i < len(ts.endpoints) {
 			return &ts.endpoints[i]
 		}
 	}
@@ -254,32 +238,29 @@ func (ts *tenantState) keyLocked(key string, snap *snapshot, keys *keyBudget, no
 }
 
 func (ts *tenantState) keyLookupLocked(key string, snap *snapshot, keys *keyBudget, now int64) *keyState {
-	if ks, ok := ts.keys[key]; ok {
+	if ks := ts.keys.get(key); ks != nil {
 		return ks
 	}
-	lim := snap.policy.KeyLimit(&ts.tenant, key)
+	lim := snap.policy.KeyLimit(&ts.rec.tenant, key)
 	if lim == nil {
 		return nil
 	}
-	named := snap.policy.NamesKey(&ts.tenant, key)
-	if !named && (len(ts.keys) >= keys.perTenant || keys.count.Load() >= keys.total) {
-		if ks, ok := ts.keys[overflowName]; ok {
+	named := snap.policy.NamesKey(&ts.rec.tenant, key)
+	if !named && (ts.keys.len() >= keys.perTenant || keys.count.Load() >= keys.total) {
+		if ks := ts.keys.get(overflowName); ks != nil {
 			return ks
 		}
-		if lim = snap.policy.KeyLimit(&ts.tenant, ""); lim == nil {
+		if lim = snap.policy.KeyLimit(&ts.rec.tenant, ""); lim == nil {
 			return nil
 		}
 		key = overflowName
 	} else {
 		key = strings.Clone(key) // do not pin the caller's buffer
 	}
-	if ts.keys == nil {
-		ts.keys = make(map[string]*keyState)
-	}
-	ks := &keyState{}
+	ks := &keyState{key: key}
 	ks.limit.reset(lim, now)
 	ks.limit.fit(snap, now)
-	ts.keys[key] = ks
+	ts.keys.put(ks)
 	keys.count.Add(1)
 	return ks
 }
@@ -287,10 +268,13 @@ func (ts *tenantState) keyLookupLocked(key string, snap *snapshot, keys *keyBudg
 // idleLocked reports whether the tenant has been idle since before cutoff
 // and holds nothing a fresh state would not: forgetting it changes no decision.
 func (ts *tenantState) idleLocked(cutoff, now int64) bool {
-	if ts.lastSeen > cutoff || len(ts.keys) > 0 {
+	if ts.lastSeen > cutoff || ts.keys.len() > 0 {
 		return false
 	}
-	for _, l := range []*limiter{&ts.limit, &ts.allowance} {
+	for _, l := range []*limiter{&ts.limit, ts.allowance} {
+		if l == nil {
+			continue
+		}
 		l.settle(now)
 		if !l.full() {
 			return false
@@ -307,13 +291,13 @@ func (ts *tenantState) idleLocked(cutoff, now int64) bool {
 
 // pruneKeysLocked forgets keys idle since before cutoff whose limiters are full.
 func (ts *tenantState) pruneKeysLocked(cutoff, now int64, keys *keyBudget) {
-	for key, ks := range ts.keys {
+	for ks := range ts.keys.all() {
 		if ks.lastSeen > cutoff {
 			continue
 		}
 		ks.limit.settle(now)
 		if ks.limit.full() {
-			ts.deleteKeyLocked(key, ks, keys)
+			ts.deleteKeyLocked(ks, keys)
 		}
 	}
 }

@@ -112,20 +112,16 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 		// No decision of the engine's own yet (none at all, or only Redis's
 		// in mode central): the policy's view, counters and trace, no local
 		// limits.
-		p := snap.policy
-		t, known := p.Tenant(name)
-		if !known {
-			t, _ = p.DefaultTenant(name, ts.requestedTier)
-		}
-		s.Tier, s.Weight, s.MayBorrow = t.Tier, t.Weight, p.MayBorrow(&t)
+		rec, _ := snap.recordOf(name, ts.requestedTier)
+		s.Tier, s.Weight, s.MayBorrow = rec.tenant.Tier, rec.tenant.Weight, rec.mayBorrow
 		return s, true
 	}
-	s.Known, s.Tier, s.Weight, s.MayBorrow = ts.known, ts.tenant.Tier, ts.tenant.Weight, ts.mayBorrow
+	s.Known, s.Tier, s.Weight, s.MayBorrow = ts.known, ts.rec.tenant.Tier, ts.rec.tenant.Weight, ts.rec.mayBorrow
 	s.PolicyVersion = ts.snap.policy.Version()
 	if contended && ts.snap == snap {
 		s.FairShare = e.fair.shareRate(ts)
 	}
-	if ts.allowance.active() {
+	if ts.allowance != nil && ts.allowance.active() {
 		s.Debt = ts.allowance.burst - ts.allowance.remainingAt(nowUs)
 	}
 	add := func(level Level, name string, l *limiter) {
@@ -135,15 +131,15 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 	}
 	add(LevelTenant, "", &ts.limit)
 	for i := range ts.endpoints {
-		add(LevelEndpoint, ts.snap.endpoints[i].Name, &ts.endpoints[i])
+		add(LevelEndpoint, ts.snap.endpoints[ts.rec.endpoints[i].ep].Name, &ts.endpoints[i])
 	}
 	// Keys by their short hash, never by themselves: the status is for
 	// debug views and logs.
-	keys := make([]keyStatus, 0, len(ts.keys))
-	for k, ks := range ts.keys {
+	keys := make([]keyStatus, 0, ts.keys.len())
+	for ks := range ts.keys.all() {
 		name := otherKeys
-		if k != overflowName {
-			name = policy.ShortKeyHash(k)
+		if ks.key != overflowName {
+			name = policy.ShortKeyHash(ks.key)
 		}
 		keys = append(keys, keyStatus{name, ks})
 	}
@@ -310,7 +306,7 @@ func (e *Engine) RedisStatusOf(ctx context.Context, tenant string) (RedisStatus,
 	k := len(snap.shardPrefixes)
 	home, parts := 0, int64(1)
 	if k > 1 {
-		home, parts = homeShard(k, &t), max(t.Shards, 1)
+		home, parts = homeShard(k, t.Name), max(t.Shards, 1)
 	}
 	st := RedisStatus{Global: LimitStatus{Level: LevelGlobal, Limit: *snap.global}}
 	if snap.pool != nil {

@@ -33,6 +33,11 @@ type traceRing struct {
 	entries [TraceLength]traceEntry
 	next    int
 	n       int
+	// hashedKey is the api key whose short hash is keyHash: the trace
+	// stores a key's hash, never the key, and most of a tenant's traffic
+	// comes through few keys, so it is computed once per change of key.
+	hashedKey string
+	keyHash   [shortKeyHashBytes]byte
 }
 
 type traceEntry struct {
@@ -73,7 +78,11 @@ func (r *traceRing) push() *traceEntry {
 
 // record writes decision d, made at now, as the newest entry, with the
 // short hash of its api key when it has one.
-func (r *traceRing) record(now int64, d *Decision, keyHash [shortKeyHashBytes]byte, hasKey bool, endpoint *policy.Endpoint) {
+func (r *traceRing) record(now int64, d *Decision, apiKey string, endpoint *policy.Endpoint) {
+	hasKey := apiKey != ""
+	if hasKey && apiKey != r.hashedKey {
+		r.hashedKey, r.keyHash = apiKey, shortKeyHash(apiKey)
+	}
 	// Written in place, field by field: a struct literal would be built
 	// aside and copied with write barriers.
 	entry := r.push()
@@ -81,11 +90,15 @@ func (r *traceRing) record(now int64, d *Decision, keyHash [shortKeyHashBytes]by
 	entry.reason = d.Reason
 	entry.level = int8(d.Level.index())
 	entry.endpoint = endpoint
-	entry.hasKey, entry.keyHash = hasKey, keyHash
+	entry.hasKey, entry.keyHash = hasKey, r.keyHash
 }
 
-// newestFirst copies the trace out, most recent decision first.
+// newestFirst copies the trace out, most recent decision first; nil for
+// no trace.
 func (r *traceRing) newestFirst() []TraceEntry {
+	if r == nil {
+		return nil
+	}
 	out := make([]TraceEntry, r.n)
 	for i := range r.n {
 		e := r.entries[(r.next-1-i+2*TraceLength)%TraceLength]
