@@ -49,7 +49,9 @@ type TenantStatus struct {
 	AdmittedCost int64
 	Denied       map[Level]int64
 	Borrowed     int64
-	// Trace holds the last TraceLength decisions, newest first.
+	// Trace holds the last TraceLength decisions, newest first: since the
+	// first for a tenant the policy names, since the first denial for one
+	// it does not (the package doc's Memory).
 	Trace         []TraceEntry
 	PolicyVersion int64
 }
