@@ -438,15 +438,26 @@ func readPlan(t *testing.T, r *redistest.Server, plane string) *upstream.Plan {
 	return p
 }
 
-// classes lists an upstream plan's tenants as tenant=class, sorted.
+// classes lists the classes an upstream plan gives outageTenants as
+// tenant=class, sorted.
 func classes(up upstream.UpstreamPlan) string {
 	var s []string
-	for name, tc := range up.Tenants {
-		s = append(s, name+"="+tc.Class.String())
+	for name, tier := range outageTenants {
+		class, ok := up.Tiers[tier]
+		if tc, named := up.Tenants[name]; named {
+			class, ok = tc.Class, true
+		}
+		if ok {
+			s = append(s, name+"="+class.String())
+		}
 	}
 	slices.Sort(s)
 	return strings.Join(s, " ")
 }
+
+// outageTenants are TestUpstreamOutage's tenants and their tiers: a plan
+// names a tenant only when its class is not its tier's (classes).
+var outageTenants = map[string]string{"anchor": "enterprise", "corp": "enterprise", "batch": "standard", "trial": "free"}
 
 // waitEventNote waits for an Event of the manager about the object name in
 // ns whose note contains note.
