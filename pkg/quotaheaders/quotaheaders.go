@@ -55,10 +55,26 @@ func Status(d *enforcer.Decision) int {
 }
 
 // Each calls add with every response header field of decision d, made
-// under limits (enforcer.Engine.LimitsFor), in a fixed order.
+// under limits (enforcer.Engine.LimitsFor), in a fixed order. The values it
+// formats share one string: one allocation an answer.
 func Each(limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision, add func(name, value string)) {
-	var buf [256]byte
+	var buf [320]byte
 	b := buf[:0]
+	// fields are the answer's, in order: a value formatted into b (from,
+	// to), or given (value, from -1).
+	var fields [maxFields]struct {
+		name, value string
+		from, to    int
+	}
+	n := 0
+	formatted := func(name string, from int) {
+		fields[n].name, fields[n].from, fields[n].to = name, from, len(b)
+		n++
+	}
+	given := func(name, value string) {
+		fields[n].name, fields[n].value, fields[n].from = name, value, -1
+		n++
+	}
 	var bound *policy.Limit
 	for i, l := range limits {
 		if l == nil {
@@ -79,7 +95,7 @@ func Each(limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision, add
 		b = strconv.AppendInt(b, int64(math.Ceil(l.Period.Seconds())), 10)
 	}
 	if len(b) > 0 {
-		add(RateLimitPolicy, string(b))
+		formatted(RateLimitPolicy, 0)
 	}
 	if bound != nil {
 		var t int64
@@ -91,28 +107,49 @@ func Each(limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision, add
 		default: // until the bucket is full again, at its rate
 			t = int64(math.Ceil(float64(max(bound.Burst-d.Remaining, 0)) * bound.Period.Seconds() / float64(bound.Rate)))
 		}
-		b = append(b[:0], '"')
+		from := len(b)
+		b = append(b, '"')
 		b = append(b, d.Bound...)
 		b = append(b, `";r=`...)
 		b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, t, 10)
-		add(RateLimit, string(b))
+		formatted(RateLimit, from)
 	}
 	if !d.Allow {
-		add(RetryAfter, strconv.FormatInt(RetryAfterSeconds(d.RetryAfter), 10))
-		add(Level, string(d.Level))
-		add(Reason, d.Reason)
+		from := len(b)
+		b = strconv.AppendInt(b, RetryAfterSeconds(d.RetryAfter), 10)
+		formatted(RetryAfter, from)
+		given(Level, string(d.Level))
+		given(Reason, d.Reason)
 	}
 	if d.Class != "" {
-		add(OutageMode, "true")
-		add(Tier, d.Class)
+		given(OutageMode, "true")
+		given(Tier, d.Class)
+	}
+	values := string(b)
+	for _, f := range fields[:n] {
+		if f.from >= 0 {
+			f.value = values[f.from:f.to]
+		}
+		add(f.name, f.value)
 	}
 }
 
-// Set sets the fields of Each on h.
+// maxFields is the most fields an answer has.
+const maxFields = 7
+
+// Set sets the fields of Each on h. Their values share one slice: one
+// allocation more an answer, whatever the number of fields.
 func Set(h http.Header, limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision) {
-	Each(limits, d, func(name, value string) { h[canonical[name]] = []string{value} })
+	var values []string
+	Each(limits, d, func(name, value string) {
+		if values == nil {
+			values = make([]string, 0, maxFields)
+		}
+		values = append(values, value)
+		h[canonical[name]] = values[len(values)-1 : len(values) : len(values)]
+	})
 }
 
 // canonical holds the names of Each in http.Header's spelling, so that Set

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/quotaheaders"
@@ -73,7 +76,9 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, problem)
 		return
 	}
-	if n, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
+	if r.Body == http.NoBody {
+		// The usual decision: nothing to read.
+	} else if n, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes; a decision needs no body", MaxBodyBytes))
@@ -97,7 +102,7 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 		status = quotaheaders.Status(&d)
 		body.Level, body.Reason, body.RetryAfterSec = string(d.Level), d.Reason, d.RetryAfter.Seconds()
 	}
-	writeJSON(w, status, body)
+	writeDecision(w, status, &body)
 }
 
 // parseRequest reads the decision request from the path and headers; a
@@ -180,10 +185,128 @@ func writeError(w http.ResponseWriter, status int, message string) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	setJSONHeaders(w.Header())
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// setJSONHeaders marks an answer as JSON not to be cached. The values are
+// shared by every answer (net/http only reads them): no allocation.
+func setJSONHeaders(h http.Header) {
+	h["Content-Type"], h["Cache-Control"] = contentTypeJSON, cacheControlNoStore
+}
+
+var contentTypeJSON, cacheControlNoStore = []string{"application/json"}, []string{"no-store"}
+
+// writeDecision writes a decision's body as writeJSON would, formatted by
+// hand into a pooled buffer: the decision API's every answer.
+func writeDecision(w http.ResponseWriter, status int, d *decision) {
+	buf := bodyBuffers.Get().(*[]byte)
+	defer bodyBuffers.Put(buf)
+	b := append((*buf)[:0], `{"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = append(b, `,"tenant":`...)
+	b = appendJSONString(b, d.Tenant)
+	b = append(b, `,"endpoint":`...)
+	b = appendJSONString(b, d.Endpoint)
+	b = append(b, `,"cost":`...)
+	b = strconv.AppendInt(b, d.Cost, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, d.Remaining, 10)
+	if d.Borrowed != 0 {
+		b = append(b, `,"borrowed":`...)
+		b = strconv.AppendInt(b, d.Borrowed, 10)
+	}
+	if d.Level != "" {
+		b = append(b, `,"level":`...)
+		b = appendJSONString(b, d.Level)
+	}
+	if d.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, d.Reason)
+	}
+	if d.RetryAfterSec != 0 {
+		b = append(b, `,"retryAfterSeconds":`...)
+		b = appendJSONFloat(b, d.RetryAfterSec)
+	}
+	b = append(b, "}\n"...)
+	setJSONHeaders(w.Header())
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	if cap(b) <= maxPooledBody {
+		*buf = b
+	}
+}
+
+// bodyBuffers hold decision bodies while they are written; one that grew
+// past maxPooledBody (a long reason) is not kept.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledBody = 4096
+
+// appendJSONFloat appends f as encoding/json writes a float64: plain
+// decimals from 1e-6 up to 1e21, else an exponent without a leading zero
+// (1e-07 is 1e-7).
+func appendJSONFloat(b []byte, f float64) []byte {
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		from := len(b)
+		b = strconv.AppendFloat(b, f, 'e', -1, 64)
+		if n := len(b); n-from >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+		return b
+	}
+	return strconv.AppendFloat(b, f, 'f', -1, 64)
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// escapes it (quotes, backslashes, control bytes, and <, >, & for HTML;
+// invalid UTF-8 as U+FFFD).
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == utf8.RuneError && size == 1:
+				b = append(b, `\ufffd`...)
+			case r == '\u2028' || r == '\u2029':
+				b = append(b, `\u202`...)
+				b = append(b, hex[r&0xf])
+			default:
+				b = append(b, s[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			switch c {
+			case '\b':
+				b = append(b, `\b`...)
+			case '\f':
+				b = append(b, `\f`...)
+			case '\n':
+				b = append(b, `\n`...)
+			case '\r':
+				b = append(b, `\r`...)
+			case '\t':
+				b = append(b, `\t`...)
+			default:
+				b = append(b, `\u00`...)
+				b = append(b, hex[c>>4], hex[c&0xf])
+			}
+		default:
+			b = append(b, c)
+		}
+		i++
+	}
+	return append(b, '"')
 }
 
 // UpstreamReportPath takes passive reports of calls to upstreams (seed

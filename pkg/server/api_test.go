@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -181,6 +183,39 @@ func TestFloodOfUnknownTenantsAndKeys(t *testing.T) {
 	for _, f := range families {
 		if f.GetName() == "quota_admitted_total" && len(f.GetMetric()) > named+3 {
 			t.Fatalf("%d admitted series: labels came from requests", len(f.GetMetric()))
+		}
+	}
+}
+
+// TestWriteDecisionIsEncodingJSON: the decision body formatted by hand is
+// byte for byte what encoding/json writes, for names and reasons with
+// every kind of character and retries from a microsecond to an hour.
+func TestWriteDecisionIsEncodingJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pieces := []string{"a", "Z", "0", "-", "\"", "\\", "<", ">", "&", "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f", "é", "€", "\u2028", "\u2029", "\xff", "\xc3", "🙂", " "}
+	text := func() string {
+		var sb strings.Builder
+		for range rng.IntN(12) {
+			sb.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		return sb.String()
+	}
+	for n := range 5000 {
+		d := decision{Allowed: rng.IntN(2) == 0, Tenant: text(), Endpoint: text(), Cost: rng.Int64N(1e6) - 10, Remaining: rng.Int64N(1e9) - 1e8}
+		if rng.IntN(2) == 0 {
+			d.Borrowed = rng.Int64N(100)
+			d.Level, d.Reason = text(), text()
+			d.RetryAfterSec = []float64{1e-6, 1e-7, 0.5, 1, 3.25, 3600, 1e21, 2.5e-9}[rng.IntN(8)]
+		}
+		var want bytes.Buffer
+		_ = json.NewEncoder(&want).Encode(d)
+		got := httptest.NewRecorder()
+		writeDecision(got, http.StatusOK, &d)
+		if got.Body.String() != want.String() {
+			t.Fatalf("case %d: %+v\nwrote  %s\nencoding/json %s", n, d, got.Body.String(), want.String())
+		}
+		if ct := got.Header().Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("Content-Type %q", ct)
 		}
 	}
 }

@@ -212,3 +212,64 @@ type headerWriter struct {
 func (w *headerWriter) Header() http.Header         { return w.header }
 func (w *headerWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *headerWriter) WriteHeader(status int)      { w.status = status }
+
+// BenchmarkDecisionHandler is the decision API's handler alone, in
+// process, as BenchmarkForwardAuth's handler: the sample plane in mode
+// local (its tenants' own limits answer some with 429), a request and a
+// writer reused, so
+// what is counted is the handler's own work and allocations (the mux, the
+// parsing, the decision, the metrics, the headers and the JSON body).
+//
+//	go test -run '^$' -bench DecisionHandler -benchmem ./pkg/server/
+func BenchmarkDecisionHandler(b *testing.B) {
+	p, err := policy.LoadFS(samples.FS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if p, err = p.Override(policy.Overrides{GlobalPerSecond: 1_000_000_000}); err != nil {
+		b.Fatal(err)
+	}
+	e, err := enforcer.New(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	h := NewAPI(e, NewMetrics(e, nil))
+	tenants := []string{"whale-1", "whale-2", "acme", "globex", "initech"}
+	requests := func() []*http.Request {
+		rs := make([]*http.Request, 64)
+		for i := range rs {
+			r := httptest.NewRequest(http.MethodPost, "/api/read", nil)
+			r.Header.Set(HeaderTenant, tenants[i%len(tenants)])
+			r.Header.Set(HeaderAPIKey, fmt.Sprintf("k%d", i%7))
+			rs[i] = r
+		}
+		return rs
+	}
+	serve := func(b *testing.B, rs []*http.Request, w *headerWriter, i int) {
+		clear(w.header)
+		w.status = 0
+		h.ServeHTTP(w, rs[i%len(rs)])
+		if w.status != http.StatusOK && w.status != http.StatusTooManyRequests {
+			b.Fatalf("status %d", w.status)
+		}
+	}
+	b.Run("handler", func(b *testing.B) {
+		rs, w := requests(), &headerWriter{header: http.Header{}}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			serve(b, rs, w, i)
+			i++
+		}
+	})
+	b.Run("handler-parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			rs, w := requests(), &headerWriter{header: http.Header{}}
+			for i := 0; pb.Next(); i++ {
+				serve(b, rs, w, i)
+			}
+		})
+	})
+}

@@ -79,7 +79,7 @@ func (a *API) forwardAuth(denyStatus int) http.HandlerFunc {
 		limits := a.engine.LimitsFor(&req)
 		quotaheaders.Set(w.Header(), &limits, &d)
 		if d.Allow {
-			w.Header().Set("Cache-Control", "no-store")
+			w.Header()["Cache-Control"] = cacheControlNoStore
 			w.WriteHeader(http.StatusOK)
 			return
 		}
@@ -87,7 +87,7 @@ func (a *API) forwardAuth(denyStatus int) http.HandlerFunc {
 		if denyStatus == http.StatusTooManyRequests {
 			status = quotaheaders.Status(&d) // nginx's auth_request passes only 401 and 403 on
 		}
-		writeJSON(w, status, decision{Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining,
+		writeDecision(w, status, &decision{Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining,
 			Level: string(d.Level), Reason: d.Reason, RetryAfterSec: d.RetryAfter.Seconds()})
 	}
 }
