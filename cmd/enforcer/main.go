@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -28,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -77,6 +79,12 @@ func run() error {
 	reconcileMs := flag.Int64("reconcile-ms", envflag.Int("QUOTAPLANE_RECONCILE_MS", 0), "override the plane's reconcile interval, ms [QUOTAPLANE_RECONCILE_MS]")
 	flag.Int64Var(&o.BurstPoolSize, "burst-pool", envflag.Int("QUOTAPLANE_BURST_POOL", 0), "override the burst pool's size, tokens [QUOTAPLANE_BURST_POOL]")
 	flag.Int64Var(&o.GlobalPerSecond, "global-rps", envflag.Int("QUOTAPLANE_GLOBAL_RPS", 0), "override the global limit, tokens per second [QUOTAPLANE_GLOBAL_RPS]")
+	memoryLimit := flag.Int64("memory-limit", envflag.Int("QUOTAPLANE_MEMORY_LIMIT", 0),
+		"the container's memory limit, bytes (the manifests set it from limits.memory): the Go memory limit is set to 90% of it, and the state caps are sized to it (enforcer.StateBounds) [QUOTAPLANE_MEMORY_LIMIT]")
+	maxTenants := flag.Int("max-tenants", int(envflag.Int("QUOTAPLANE_MAX_TENANTS", 0)),
+		"tenants the policy does not name that keep a state of their own; beyond it they share one (default: sized to -memory-limit, else 50,000) [QUOTAPLANE_MAX_TENANTS]")
+	maxKeys := flag.Int("max-keys", int(envflag.Int("QUOTAPLANE_MAX_KEYS", 0)),
+		"api keys that keep a state of their own across all tenants (default: sized to -memory-limit, else 200,000) [QUOTAPLANE_MAX_KEYS]")
 	flag.Parse()
 	o.ReconcileInterval = time.Duration(*reconcileMs) * time.Millisecond
 
@@ -84,6 +92,17 @@ func run() error {
 	defer stop()
 	redisLatency := server.RedisLatency()
 	opts := []enforcer.Option{enforcer.WithRedisObserver(func(d time.Duration) { redisLatency.Observe(d.Seconds()) })}
+	if *memoryLimit > 0 {
+		debug.SetMemoryLimit(*memoryLimit / 10 * 9)
+		tenants, keys := enforcer.StateBounds(*memoryLimit)
+		*maxTenants, *maxKeys = cmp.Or(*maxTenants, tenants), cmp.Or(*maxKeys, keys)
+	}
+	if *maxTenants > 0 {
+		opts = append(opts, enforcer.WithMaxTenants(*maxTenants))
+	}
+	if *maxKeys > 0 {
+		opts = append(opts, enforcer.WithMaxKeys(*maxKeys))
+	}
 	var policies *store.Store
 	if *redisAddr != "" {
 		client := redis.NewClient(&redis.Options{Addr: *redisAddr, Password: os.Getenv("QUOTAPLANE_REDIS_PASSWORD"), ContextTimeoutEnabled: true})

@@ -110,6 +110,24 @@ func WithMaxKeysPerTenant(n int) Option { return func(e *Engine) { e.settings.ma
 // 200,000); beyond it new keys share their tenant's overflow limiter.
 func WithMaxKeys(n int) Option { return func(e *Engine) { e.settings.maxKeysTotal = n } }
 
+// StateBounds sizes WithMaxTenants and WithMaxKeys to a memory budget of
+// memoryBytes (a container's limit): half of it for tenant states, at
+// TenantStateBytes a tenant with two api keys of KeyStateBytes each, at
+// least 1,000 tenants. A 256 MiB enforcer keeps 129,000 tenants and
+// 258,000 keys; 1 GiB, 516,000 and 1,032,000.
+func StateBounds(memoryBytes int64) (tenants, keys int) {
+	tenants = max(int(memoryBytes/2/(TenantStateBytes+2*KeyStateBytes)), 1_000)
+	return tenants, 2 * tenants
+}
+
+// TenantStateBytes and KeyStateBytes are what the engine keeps for a
+// tenant and for an api key, rounded up from BenchmarkTenantMemory (a
+// million tenants: 636 and 160 bytes).
+const (
+	TenantStateBytes = 640
+	KeyStateBytes    = 200
+)
+
 // WithIdleTTL sets how long an unknown tenant or an api key stays idle before
 // its state may be forgotten (default 1 minute). State is forgotten only when
 // it is as a fresh one would be, so forgetting never changes a decision.

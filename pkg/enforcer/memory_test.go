@@ -109,3 +109,22 @@ func TestIdleStateIsPrunedOnlyWhenLossless(t *testing.T) {
 		t.Errorf("tenant owes: ok=%v status %+v; want its state kept with 4 tokens left", ok, s.Limits)
 	}
 }
+
+// TestStateBoundsFitTheMemory: the caps StateBounds gives a memory budget
+// keep the states it allows, at the measured bytes of a tenant and a key,
+// within half of it; and a tiny budget still keeps 1,000 tenants.
+func TestStateBoundsFitTheMemory(t *testing.T) {
+	for _, mib := range []int64{64, 256, 1024, 4096} {
+		limit := mib << 20
+		tenants, keys := StateBounds(limit)
+		if used := int64(tenants)*TenantStateBytes + int64(keys)*KeyStateBytes; used > limit/2 || used < limit/2*9/10 {
+			t.Errorf("%d MiB: %d tenants and %d keys take %d MiB; want just under half", mib, tenants, keys, used>>20)
+		}
+	}
+	if tenants, keys := StateBounds(1 << 20); tenants != 1000 || keys != 2000 {
+		t.Errorf("1 MiB: %d tenants, %d keys; want the floor of 1,000 and 2,000", tenants, keys)
+	}
+	if tenants, _ := StateBounds(256 << 20); tenants != 129_055 {
+		t.Errorf("256 MiB: %d tenants; the doc says 129,000", tenants)
+	}
+}
