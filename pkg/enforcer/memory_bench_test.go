@@ -169,7 +169,8 @@ func BenchmarkRedisMemory(b *testing.B) {
 // Redis per reconcile against its active tenants: n tenants (one api key
 // each) decide between two reconciles; the second reconcile's bytes in
 // and out of Redis (INFO stats total_net_input_bytes and
-// total_net_output_bytes) are the node's per interval.
+// total_net_output_bytes) are the node's per interval, and the CPU Redis
+// spent on its commands (INFO commandstats, usec) the fleet's cost of it.
 //
 //	go test -run '^$' -bench ReconcileBytes -benchtime 1x ./pkg/enforcer/
 func BenchmarkReconcileBytes(b *testing.B) {
@@ -186,10 +187,21 @@ func BenchmarkReconcileBytes(b *testing.B) {
 		b.Fatalf("no %s in INFO stats", name)
 		return 0
 	}
+	cpu := func() int64 { // µs Redis spent in commands so far
+		var sum int64
+		for line := range strings.SplitSeq(c.Info(ctx, "commandstats").Val(), "\r\n") {
+			if _, rest, ok := strings.Cut(line, ",usec="); ok && strings.HasPrefix(line, "cmdstat_") && !strings.HasPrefix(line, "cmdstat_info:") {
+				v, _, _ := strings.Cut(rest, ",")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				sum += n
+			}
+		}
+		return sum
+	}
 	p := compileYAML(b, withMode(benchMemoryPlane, "local-reconciled", "reconcileInterval: 1h"))
 	for _, n := range []int{0, 100, 1_000, 4_000} {
 		b.Run(sprintf("tenants=%d", n), func(b *testing.B) {
-			var in, out int64
+			var in, out, us int64
 			for range b.N {
 				if err := c.FlushAll(ctx).Err(); err != nil {
 					b.Fatal(err)
@@ -206,13 +218,14 @@ func BenchmarkReconcileBytes(b *testing.B) {
 				decide(0)
 				e.reconciler.reconcile()
 				decide(time.Second)
-				in0, out0 := stat("total_net_input_bytes"), stat("total_net_output_bytes")
+				in0, out0, us0 := stat("total_net_input_bytes"), stat("total_net_output_bytes"), cpu()
 				e.reconciler.reconcile()
-				in, out = stat("total_net_input_bytes")-in0, stat("total_net_output_bytes")-out0
+				in, out, us = stat("total_net_input_bytes")-in0, stat("total_net_output_bytes")-out0, cpu()-us0
 				e.Close()
 			}
 			b.ReportMetric(float64(in), "bytes-to-redis")
 			b.ReportMetric(float64(out), "bytes-from-redis")
+			b.ReportMetric(float64(us), "redis-µs")
 		})
 	}
 }
