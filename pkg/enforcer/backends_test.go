@@ -51,7 +51,7 @@ func TestBackendsMatchEngine(t *testing.T) {
 					t.Fatal(err)
 				}
 				e := newEngine(t, compileYAML(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
-					WithBreakerCooldown(time.Hour))
+					withBreakerCooldown(time.Hour))
 				if b.redisDown {
 					srv.Stop()
 				}
@@ -117,7 +117,7 @@ func TestBackendsMatchEngineGroups(t *testing.T) {
 					t.Fatal(err)
 				}
 				e := newEngine(t, compileYAML(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
-					WithBreakerCooldown(time.Hour))
+					withBreakerCooldown(time.Hour))
 				if b.redisDown {
 					srv.Stop()
 				}

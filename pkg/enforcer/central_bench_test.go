@@ -53,9 +53,9 @@ func BenchmarkCentral(b *testing.B) {
 				}
 				opts := []Option{WithRedis(client), WithNodeID("bench"), WithRedisTimeout(time.Second)}
 				if batched {
-					opts = append(opts, WithRedisConcurrency(2))
+					opts = append(opts, withRedisConcurrency(2))
 				} else {
-					opts = append(opts, WithBatchSize(1), WithRedisConcurrency(64))
+					opts = append(opts, withBatchSize(1), withRedisConcurrency(64))
 				}
 				e := newEngine(b, centralBenchPolicy(b, tenants), opts...)
 				reqs := centralBenchRequests(dist, tenants)

@@ -304,7 +304,7 @@ func BenchmarkCentralFairness(b *testing.B) {
 				b.Fatal(err)
 			}
 			p := compileYAML(b, withMode(benchPolicyYAML(tenants, 1_000_000_000, fairness), "central"))
-			e := newEngine(b, p, WithRedis(client), WithNodeID("bench"), WithRedisTimeout(time.Second), WithRedisConcurrency(2))
+			e := newEngine(b, p, WithRedis(client), WithNodeID("bench"), WithRedisTimeout(time.Second), withRedisConcurrency(2))
 			reqs := centralBenchRequests("zipf", tenants)
 			runLatencies(b, func(i int) bool {
 				d, err := e.Decide(ctx, reqs[i%len(reqs)])

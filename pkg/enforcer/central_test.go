@@ -169,7 +169,7 @@ func TestCentralOutage(t *testing.T) {
 	const rate, burst = 1000, 1000
 	p := compileYAML(t, withMode(planeHeader, "central")+sprintf("  global: {rate: %d, burst: %d}\n", rate, burst)+
 		"  tiers: [{name: t, weight: 1}]\n")
-	opts := []Option{WithHeartbeatInterval(50 * time.Millisecond), WithBreakerCooldown(100 * time.Millisecond)}
+	opts := []Option{withHeartbeatInterval(50 * time.Millisecond), withBreakerCooldown(100 * time.Millisecond)}
 	nodes := []*Engine{centralEngine(t, p, srv.Client(), "n0", opts...), centralEngine(t, p, srv.Client(), "n1", opts...)}
 	for _, e := range nodes {
 		waitFor(t, "both nodes counted", func() bool { return e.BackendStatus().Nodes == 2 })

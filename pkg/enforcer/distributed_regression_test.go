@@ -169,7 +169,7 @@ func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
 	nowUs.Store(time.Now().UnixMicro())
 	clock := func() time.Time { return time.UnixMicro(nowUs.Load()) }
 	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
-	e := centralEngine(t, p, srv.Client(), "n1", WithClock(clock), WithBreakerCooldown(time.Second))
+	e := centralEngine(t, p, srv.Client(), "n1", WithClock(clock), withBreakerCooldown(time.Second))
 	b := e.central
 	for range 3 {
 		b.breaker.failure(nowUs.Load())

@@ -67,21 +67,36 @@ type planeState struct {
 	offered, admitted int64
 }
 
+// settings are the engine's bounds and tunings: the Options set some, the
+// rest are the defaults New gives, which tests reach through the unexported
+// options.
 type settings struct {
-	maxTenants     int
-	maxKeys        int
-	maxKeysTotal   int
-	idleTTL        time.Duration
-	tickInterval   time.Duration
-	demandWindow   time.Duration
-	headroom       float64
+	maxTenants   int
+	maxKeys      int
+	maxKeysTotal int
+	idleTTL      time.Duration
+	tickInterval time.Duration
+	// demandWindow is the shortest time constant of the moving average
+	// that measures a tenant's demand: a busy tenant's. A tenant's window
+	// is long enough to hold 256 of its arrivals, up to 16 s, so that a
+	// trickle is not mistaken for silence (measureDemand).
+	demandWindow time.Duration
+	// headroom is a fraction of the global rate that fair shares leave
+	// unallocated under contention, on top of what refillBias holds back.
+	headroom float64
+	// shareBurst is how much of its fair share a tenant may spend at once
+	// under contention, as a duration of its share rate, and at least 8 of
+	// the plane's cheapest requests.
 	shareBurst     time.Duration
-	clockPrecision time.Duration
+	clockPrecision time.Duration // the coarse clock's resolution
 	queueWait      time.Duration
 	maxQueue       int
 
-	redisTimeout      time.Duration
-	batchSize         int
+	redisTimeout time.Duration
+	batchSize    int
+	// batchWindow is how long a batch waits for more decisions before its
+	// script call: 0, a batch takes what queued while the previous call
+	// was in flight, which adds no latency when the load is light.
 	batchWindow       time.Duration
 	batchQueue        int
 	redisConcurrency  int
@@ -133,42 +148,20 @@ const (
 // it is as a fresh one would be, so forgetting never changes a decision.
 func WithIdleTTL(d time.Duration) Option { return func(e *Engine) { e.settings.idleTTL = d } }
 
-// WithFairnessInterval sets how often demand is measured and contended
+// withFairnessInterval sets how often demand is measured and contended
 // capacity reallocated, in the engine's (possibly virtual) time (default 100ms).
-func WithFairnessInterval(d time.Duration) Option {
+func withFairnessInterval(d time.Duration) Option {
 	return func(e *Engine) { e.settings.tickInterval = d }
 }
 
-// WithDemandWindow sets the shortest time constant of the moving average
-// that measures each tenant's demand (default 500ms): a busy tenant's. A
-// tenant's window is long enough to hold 256 of its arrivals, up to 16 s, so
-// that a trickle is not mistaken for silence (see measureDemand).
-func WithDemandWindow(d time.Duration) Option { return func(e *Engine) { e.settings.demandWindow = d } }
-
-// WithFairHeadroom sets a fraction of the global rate that fair shares leave
-// unallocated under contention (default 0). The engine already holds back
-// what it needs to keep the global bucket at least half full (see
-// refillBias); headroom adds a fixed margin on top.
-func WithFairHeadroom(f float64) Option { return func(e *Engine) { e.settings.headroom = f } }
-
-// WithShareBurst sets how much of its fair share a tenant may spend at once
-// under contention, as a duration of its share rate (default 500ms), and at
-// least 8 of the plane's cheapest requests.
-func WithShareBurst(d time.Duration) Option { return func(e *Engine) { e.settings.shareBurst = d } }
-
-// WithClockResolution sets the coarse clock's resolution (default 1ms).
-func WithClockResolution(d time.Duration) Option {
-	return func(e *Engine) { e.settings.clockPrecision = d }
-}
-
-// WithQueueWait sets how long Decide may hold a request that is denied at
+// withQueueWait sets how long Decide may hold a request that is denied at
 // the contended global level in the queueing modes (fairness wfq and drr),
 // waiting for its turn (default 50ms; 0 disables waiting).
-func WithQueueWait(d time.Duration) Option { return func(e *Engine) { e.settings.queueWait = d } }
+func withQueueWait(d time.Duration) Option { return func(e *Engine) { e.settings.queueWait = d } }
 
-// WithMaxQueue bounds the requests waiting in the queueing modes (default
+// withMaxQueue bounds the requests waiting in the queueing modes (default
 // 10,000); beyond it a request gets its denial at once.
-func WithMaxQueue(n int) Option { return func(e *Engine) { e.settings.maxQueue = n } }
+func withMaxQueue(n int) Option { return func(e *Engine) { e.settings.maxQueue = n } }
 
 // WithRedis gives the engine its Redis, which the distributed modes
 // (central, local-reconciled) need. The engine does not close it. Build it
@@ -204,29 +197,24 @@ func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.logger = l }
 // (default 50ms); past it, the plane's failureMode decides.
 func WithRedisTimeout(d time.Duration) Option { return func(e *Engine) { e.settings.redisTimeout = d } }
 
-// WithBatchSize bounds how many decisions share one script call in central
+// withBatchSize bounds how many decisions share one script call in central
 // mode (default 128).
-func WithBatchSize(n int) Option { return func(e *Engine) { e.settings.batchSize = n } }
+func withBatchSize(n int) Option { return func(e *Engine) { e.settings.batchSize = n } }
 
-// WithBatchWindow sets how long a batch waits for more decisions before its
-// script call (default 0: a batch takes what queued while the previous call
-// was in flight, which adds no latency when the load is light).
-func WithBatchWindow(d time.Duration) Option { return func(e *Engine) { e.settings.batchWindow = d } }
-
-// WithRedisConcurrency sets how many script calls may be in flight at once
+// withRedisConcurrency sets how many script calls may be in flight at once
 // in central mode (default 2: one call in Redis while the next batch
 // forms; more only shrink the batches).
-func WithRedisConcurrency(n int) Option { return func(e *Engine) { e.settings.redisConcurrency = n } }
+func withRedisConcurrency(n int) Option { return func(e *Engine) { e.settings.redisConcurrency = n } }
 
-// WithBreakerCooldown sets how long the circuit breaker stays open after
+// withBreakerCooldown sets how long the circuit breaker stays open after
 // Redis fails before one call probes it again (default 1s).
-func WithBreakerCooldown(d time.Duration) Option {
+func withBreakerCooldown(d time.Duration) Option {
 	return func(e *Engine) { e.settings.breakerCooldown = d }
 }
 
-// WithHeartbeatInterval sets how often a node reports itself alive in Redis
+// withHeartbeatInterval sets how often a node reports itself alive in Redis
 // (default 1s); a node that stops is counted out after three intervals.
-func WithHeartbeatInterval(d time.Duration) Option {
+func withHeartbeatInterval(d time.Duration) Option {
 	return func(e *Engine) { e.settings.heartbeatInterval = d }
 }
 

@@ -31,7 +31,7 @@ func FuzzDecide(f *testing.F) {
 	endpoints := []string{"read", "write", "export", "other"}
 	keys := []string{"k", "acme-batch", "acme-partner", ""}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		e := newEngine(t, p, WithMaxTenants(4), WithMaxKeysPerTenant(2), WithFairnessInterval(time.Millisecond))
+		e := newEngine(t, p, WithMaxTenants(4), WithMaxKeysPerTenant(2), withFairnessInterval(time.Millisecond))
 		now := epoch
 		for len(data) >= 8 {
 			op, step := data[0], int64(int32(binary.LittleEndian.Uint32(data[4:8])))

@@ -12,7 +12,7 @@ import (
 
 // In the queueing modes (fairness wfq and drr) a request that Decide finds
 // denied at the global level while the plane is contended does not get its
-// 429 at once: it waits, up to the queue wait (WithQueueWait), for global
+// 429 at once: it waits, up to the queue wait (withQueueWait), for global
 // capacity, and waiting requests are served in the order of the mode's
 // discipline — weighted fair queueing by virtual finish tag, or deficit round
 // robin — with the flow weight tier weight × tenant weight. A dispatcher

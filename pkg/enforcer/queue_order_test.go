@@ -148,7 +148,7 @@ func newQueueUnderTest(t *testing.T, mode string, fifo bool, opts ...Option) *qu
 	t.Helper()
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	opts = append([]Option{WithClock(clock.Now), WithQueueWait(time.Minute), WithFairnessInterval(time.Second)}, opts...)
+	opts = append([]Option{WithClock(clock.Now), withQueueWait(time.Minute), withFairnessInterval(time.Second)}, opts...)
 	e := newEngine(t, compileYAML(t, sprintf(orderPlane, mode)), opts...)
 	contendOrder(t, e)
 	q := &e.queue
@@ -488,7 +488,7 @@ func TestQueueOrderRandom(t *testing.T) {
 // the queue holds, abandoned waiters included) nor spend their flow's turn
 // (drr's deficit).
 func TestQueueAbandonedWaitersAreSwept(t *testing.T) {
-	u := newQueueUnderTest(t, "drr", false, WithMaxQueue(4))
+	u := newQueueUnderTest(t, "drr", false, withMaxQueue(4))
 	ctx, cancel := context.WithCancel(context.Background())
 	for range 3 {
 		u.arrive(ctx, "f2", "read") // waiters 0, 1, 2: abandoned below

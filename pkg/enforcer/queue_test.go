@@ -71,7 +71,7 @@ func TestQueueingModesHoldThenAdmit(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			clock := &fakeClock{}
 			clock.Set(at(2 * time.Second))
-			e := newEngine(t, compileYAML(t, sprintf(queuePlane, mode)), WithClock(clock.Now), WithQueueWait(time.Minute))
+			e := newEngine(t, compileYAML(t, sprintf(queuePlane, mode)), WithClock(clock.Now), withQueueWait(time.Minute))
 			contend(t, e)
 
 			got := make(chan Decision, 1)
@@ -95,7 +95,7 @@ func TestQueueingModesHoldThenAdmit(t *testing.T) {
 func TestQueueingModesTimeOutWithTheDenial(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), WithQueueWait(20*time.Millisecond))
+	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(20*time.Millisecond))
 	contend(t, e)
 	d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})
 	if err != nil || d.Allow || d.Level != LevelGlobal || d.RetryAfter <= 0 {
@@ -116,7 +116,7 @@ func TestQueueingModesTimeOutWithTheDenial(t *testing.T) {
 func TestCloseAnswersWaiters(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	e, err := New(compileYAML(t, sprintf(queuePlane, "drr")), WithClock(clock.Now), WithQueueWait(time.Minute))
+	e, err := New(compileYAML(t, sprintf(queuePlane, "drr")), WithClock(clock.Now), withQueueWait(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func TestCentralDegradedIsLogged(t *testing.T) {
 	srv := redistest.Start(t)
 	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
 	var logs syncBuffer
-	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("n0"), WithBreakerCooldown(50*time.Millisecond),
+	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("n0"), withBreakerCooldown(50*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	decide := func() {
 		if _, err := e.Decide(context.Background(), Request{Tenant: "a"}); err != nil {

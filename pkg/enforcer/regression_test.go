@@ -179,7 +179,7 @@ func TestRegression_QueuedWaiterReturnsWhenItsContextEnds(t *testing.T) {
 	hold := make(chan struct{})
 	held := make(chan struct{})
 	var holding atomic.Bool
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), WithQueueWait(time.Hour))
+	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(time.Hour))
 	contend(t, e)
 	e.clock = func() int64 { // from here on, hold the dispatcher's first read
 		if holding.CompareAndSwap(true, false) {
@@ -212,7 +212,7 @@ func TestRegression_QueuedWaiterReturnsWhenItsContextEnds(t *testing.T) {
 func TestRegression_QueueRetriesAreNotCounted(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), WithQueueWait(200*time.Millisecond))
+	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(200*time.Millisecond))
 	contend(t, e)
 	before, _ := e.TenantStatusAt(at(2*time.Second), "a")
 	e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})

@@ -34,7 +34,7 @@ spec: {tenant: t%d}
 `, 1+i%3, i%4))
 	}
 	plans := []*policy.Policy{mk(0), mk(1), mk(2), mk(3)}
-	e, _ := New(plans[0], WithIdleTTL(time.Microsecond), WithFairnessInterval(time.Millisecond), WithMaxKeysPerTenant(2))
+	e, _ := New(plans[0], WithIdleTTL(time.Microsecond), withFairnessInterval(time.Millisecond), WithMaxKeysPerTenant(2))
 	defer e.Close()
 	var admitted atomic.Int64
 	perTenant := make([]atomic.Int64, 8)

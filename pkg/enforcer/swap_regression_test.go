@@ -121,7 +121,7 @@ func TestRegression2_GlobalRateZeroMaxMin(t *testing.T) {
 func TestRegression2_QueuedAdmittedCountedOnce(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), WithQueueWait(5*time.Second))
+	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(5*time.Second))
 	contend(t, e)
 	before, _ := e.TenantStatusAt(at(2*time.Second), "a")
 	done := make(chan Decision, 1)
