@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
 )
 
@@ -74,7 +75,7 @@ func TestTenantTierAdmission(t *testing.T) {
 	// The policy takes effect a moment after it is created: retry until
 	// the typo is refused (deleting what got in meanwhile).
 	var refusal error
-	eventually(t, 30*time.Second, "a TenantQuota with tier standrd is refused", func() bool {
+	poll.Until(t, 30*time.Second, "a TenantQuota with tier standrd is refused", func() bool {
 		refusal = env.Client.Create(ctx, tenant("team-a", "acme", "standrd"))
 		if refusal == nil {
 			if err := env.Client.Delete(ctx, tenant("team-a", "acme", "")); err != nil {
@@ -125,7 +126,7 @@ func TestTenantTierAdmission(t *testing.T) {
 		t.Errorf("an edit leaving tier standard as it was, after the plane dropped it: %v; want it admitted", err)
 	}
 	newcomer := tenant("team-a", "newco", "standard")
-	eventually(t, 10*time.Second, "a new tenant of the dropped tier is refused", func() bool {
+	poll.Until(t, 10*time.Second, "a new tenant of the dropped tier is refused", func() bool {
 		err := env.Client.Create(ctx, newcomer.DeepCopy())
 		if err == nil {
 			_ = env.Client.Delete(ctx, newcomer.DeepCopy())
@@ -139,19 +140,5 @@ func TestTenantTierAdmission(t *testing.T) {
 	acme.Spec.Tier = "gold"
 	if err := env.Client.Update(ctx, acme); err != nil {
 		t.Errorf("moving acme to gold: %v", err)
-	}
-}
-
-// eventually polls cond every 50 ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, what)
-		}
-		<-tick.C
 	}
 }

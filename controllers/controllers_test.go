@@ -17,6 +17,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
@@ -40,7 +41,7 @@ func TestManager(t *testing.T) {
 		}
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
 		// Objects arrive one by one, so intermediate versions may come first.
-		eventually(t, 20*time.Second, "the whole plane is published", func() bool {
+		poll.Until(t, 20*time.Second, "the whole plane is published", func() bool {
 			get(t, env, plane)
 			return plane.Status.PublishedHash == want.Hash()
 		})
@@ -54,7 +55,7 @@ func TestManager(t *testing.T) {
 			// Ready in the version Redis holds: an object that arrived
 			// early is Ready in an intermediate version first, and its
 			// status controller catches up after the publish.
-			eventually(t, 10*time.Second, "every object is Ready in the published version", func() bool {
+			poll.Until(t, 10*time.Second, "every object is Ready in the published version", func() bool {
 				get(t, env, obj)
 				c := ready(obj)
 				return c != nil && c.Status == metav1.ConditionTrue && statusOf(obj).PolicyVersion == got.Version()
@@ -74,11 +75,11 @@ func TestManager(t *testing.T) {
 		tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
 		before := waitPublished(t, env, r, samplePolicy(t, ns), tq)
 		update(t, env, tq, func() { tq.Spec.Limit.Rate = 1234 })
-		eventually(t, 10*time.Second, "the tenant's status names the next version", func() bool {
+		poll.Until(t, 10*time.Second, "the tenant's status names the next version", func() bool {
 			get(t, env, tq)
 			return tq.Status.PolicyVersion == before+1 && tq.Status.ObservedGeneration == tq.Generation
 		})
-		eventually(t, 10*time.Second, "the QuotaPlane's status.publishedVersion is the next version", func() bool {
+		poll.Until(t, 10*time.Second, "the QuotaPlane's status.publishedVersion is the next version", func() bool {
 			get(t, env, plane)
 			return plane.Status.PublishedVersion == before+1
 		})
@@ -88,7 +89,7 @@ func TestManager(t *testing.T) {
 		}
 		// Other objects follow to the new version too.
 		ep := &v1alpha1.EndpointQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "read"}}
-		eventually(t, 10*time.Second, "the other objects name the next version", func() bool {
+		poll.Until(t, 10*time.Second, "the other objects name the next version", func() bool {
 			get(t, env, ep)
 			return ep.Status.PolicyVersion == before+1
 		})
@@ -104,7 +105,7 @@ func TestManager(t *testing.T) {
 		if err := env.Client.Create(ctx, bad); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the object is marked Invalid", func() bool {
+		poll.Until(t, 10*time.Second, "the object is marked Invalid", func() bool {
 			get(t, env, bad)
 			c := ready(bad)
 			return c != nil && c.Reason == ReasonInvalid
@@ -138,7 +139,7 @@ func TestManager(t *testing.T) {
 		if err := env.Client.Create(ctx, tq); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "a missing Secret is named on the TenantQuota", func() bool {
+		poll.Until(t, 10*time.Second, "a missing Secret is named on the TenantQuota", func() bool {
 			get(t, env, tq)
 			c := ready(tq)
 			return c != nil && c.Reason == ReasonInvalid && strings.Contains(c.Message, `"keyed-keys"`)
@@ -148,7 +149,7 @@ func TestManager(t *testing.T) {
 		if err := env.Client.Create(ctx, secret); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the tenant is published once its Secret exists", func() bool {
+		poll.Until(t, 10*time.Second, "the tenant is published once its Secret exists", func() bool {
 			get(t, env, tq)
 			c := ready(tq)
 			return c != nil && c.Status == metav1.ConditionTrue
@@ -181,7 +182,7 @@ func TestManager(t *testing.T) {
 		if err := env.Client.Delete(ctx, tq); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "a version without globex", func() bool {
+		poll.Until(t, 10*time.Second, "a version without globex", func() bool {
 			p := current(t, r, ns+"/main")
 			_, ok := p.Tenant("globex")
 			return p.Version() == version+1 && !ok
@@ -202,7 +203,7 @@ func TestManager(t *testing.T) {
 		dep := enforcerDeployment(t, env, ns, 1)
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
 		replicas := func() int32 { get(t, env, dep); return *dep.Spec.Replicas }
-		eventually(t, 20*time.Second, "no reports: the fleet is raised to minReplicas", func() bool {
+		poll.Until(t, 20*time.Second, "no reports: the fleet is raised to minReplicas", func() bool {
 			return replicas() == 2
 		})
 		want, _ := policy.Compile(objs)
@@ -219,19 +220,19 @@ func TestManager(t *testing.T) {
 			}
 		}
 		report(2000, 1500)
-		eventually(t, 5*time.Second, "3,500 decisions/s at 1,000 each: 4 replicas", func() bool { return replicas() == 4 })
-		eventually(t, 5*time.Second, "the plane's status shows the fleet", func() bool {
+		poll.Until(t, 5*time.Second, "3,500 decisions/s at 1,000 each: 4 replicas", func() bool { return replicas() == 4 })
+		poll.Until(t, 5*time.Second, "the plane's status shows the fleet", func() bool {
 			get(t, env, plane)
 			c := meta.FindStatusCondition(plane.Status.Conditions, ConditionScaled)
 			return plane.Status.Replicas == 4 && plane.Status.EnforcersReady == 2 && c != nil && c.Status == metav1.ConditionTrue
 		})
 		report(6000, 5000)
-		eventually(t, 5*time.Second, "11,000 decisions/s: capped at maxReplicas 8", func() bool { return replicas() == 8 })
+		poll.Until(t, 5*time.Second, "11,000 decisions/s: capped at maxReplicas 8", func() bool { return replicas() == 8 })
 
 		// Down slowly: 3,000/s must be wanted for the whole delay (1 s here).
 		report(1500, 1500)
 		lowered := time.Now()
-		eventually(t, 5*time.Second, "3,000 decisions/s: 3 replicas after the delay", func() bool { return replicas() == 3 })
+		poll.Until(t, 5*time.Second, "3,000 decisions/s: 3 replicas after the delay", func() bool { return replicas() == 3 })
 		if waited := time.Since(lowered); waited < 900*time.Millisecond {
 			t.Errorf("scaled down after %s; the delay is 1s", waited)
 		}
@@ -257,14 +258,14 @@ func TestManager(t *testing.T) {
 		if err := r.Client().FlushAll(ctx).Err(); err != nil { // a restart without persistence
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the plane is published again, unchanged and with no object changed", func() bool {
+		poll.Until(t, 10*time.Second, "the plane is published again, unchanged and with no object changed", func() bool {
 			p := current(t, r, ns+"/main")
 			return p != nil && p.Hash() == want.Hash()
 		})
 		if p := current(t, r, ns+"/main"); p.Version() != before+1 {
 			t.Fatalf("after Redis lost version %d, it was published again as version %d; want %d: versions only grow", before, p.Version(), before+1)
 		}
-		eventually(t, 10*time.Second, "the status names the new version", func() bool {
+		poll.Until(t, 10*time.Second, "the status names the new version", func() bool {
 			get(t, env, plane)
 			return plane.Status.PublishedVersion == before+1
 		})
@@ -284,14 +285,14 @@ func TestManager(t *testing.T) {
 			t.Fatal(err)
 		}
 		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
-		eventually(t, 10*time.Second, "one enforcer runs the plane", func() bool {
+		poll.Until(t, 10*time.Second, "one enforcer runs the plane", func() bool {
 			get(t, env, plane)
 			c := condition(plane, v1alpha1.ConditionEnforced)
 			return plane.Status.EnforcersReady == 1 && c != nil && c.Status == metav1.ConditionTrue
 		})
 		r.Stop()
 		// The report (valid for an hour) cannot be read: no stale count.
-		eventually(t, 20*time.Second, "the fleet is unknown while Redis is away", func() bool {
+		poll.Until(t, 20*time.Second, "the fleet is unknown while Redis is away", func() bool {
 			get(t, env, plane)
 			c := condition(plane, v1alpha1.ConditionEnforced)
 			return plane.Status.EnforcersReady == 0 && c != nil && c.Status == metav1.ConditionUnknown && c.Reason == "FleetUnknown"
@@ -300,14 +301,14 @@ func TestManager(t *testing.T) {
 			t.Errorf("Argo CD health while the fleet cannot be read: %s, want Degraded", status)
 		}
 		update(t, env, tq, func() { tq.Spec.Limit.Rate = 777 })
-		eventually(t, 20*time.Second, "the objects say the publish failed", func() bool {
+		poll.Until(t, 20*time.Second, "the objects say the publish failed", func() bool {
 			get(t, env, tq)
 			get(t, env, plane)
 			c, pc := ready(tq), ready(plane)
 			return c != nil && c.Reason == ReasonPublishFailed && pc != nil && pc.Reason == ReasonPublishFailed
 		})
 		r.Restart()
-		eventually(t, 20*time.Second, "the edit is published once Redis is back", func() bool {
+		poll.Until(t, 20*time.Second, "the edit is published once Redis is back", func() bool {
 			get(t, env, tq)
 			p := current(t, r, ns+"/main")
 			if p == nil {

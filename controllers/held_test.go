@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
@@ -52,7 +53,7 @@ func testTypoIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	good := acme.Generation
 
 	update(t, env, acme, func() { acme.Spec.Tier = "standrd" })
-	eventually(t, 10*time.Second, "acme is Held", func() bool {
+	poll.Until(t, 10*time.Second, "acme is Held", func() bool {
 		get(t, env, acme)
 		c := ready(acme)
 		return c != nil && c.Reason == ReasonHeld && acme.Status.ObservedGeneration == acme.Generation
@@ -70,7 +71,7 @@ func testTypoIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 		t.Fatalf("acme's tier in Redis is %q; the last valid version (standard) must stay in force", tier)
 	}
 	captureObject(t, acme, "tenantquota-degraded-held")
-	eventually(t, 10*time.Second, "the plane counts one held object", func() bool {
+	poll.Until(t, 10*time.Second, "the plane counts one held object", func() bool {
 		get(t, env, plane)
 		return plane.Status.HeldObjects == 1 && plane.Status.RejectedObjects == 0
 	})
@@ -81,13 +82,13 @@ func testTypoIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 
 	// Another, valid edit of the same tenant is what is published then.
 	update(t, env, acme, func() { acme.Spec.Tier = "enterprise" })
-	eventually(t, 10*time.Second, "the fixed tenant is published", func() bool {
+	poll.Until(t, 10*time.Second, "the fixed tenant is published", func() bool {
 		get(t, env, acme)
 		c := ready(acme)
 		return c != nil && c.Status == metav1.ConditionTrue && tierOf(t, r, ns+"/main", "acme") == "enterprise"
 	})
 	captureObject(t, acme, "tenantquota-healthy-published")
-	eventually(t, 10*time.Second, "the plane counts no held object", func() bool {
+	poll.Until(t, 10*time.Second, "the plane counts no held object", func() bool {
 		get(t, env, plane)
 		return plane.Status.HeldObjects == 0
 	})
@@ -98,7 +99,7 @@ func testTypoIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	if err := env.Client.Create(context.Background(), bad); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the new invalid object is Invalid and counted as rejected", func() bool {
+	poll.Until(t, 10*time.Second, "the new invalid object is Invalid and counted as rejected", func() bool {
 		get(t, env, bad)
 		get(t, env, plane)
 		c := ready(bad)
@@ -115,10 +116,10 @@ func testTypoIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	}
 	again := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "acme"},
 		Spec: v1alpha1.TenantQuotaSpec{Tenant: "acme", Tier: "standrd"}}
-	eventually(t, 10*time.Second, "acme recreated", func() bool {
+	poll.Until(t, 10*time.Second, "acme recreated", func() bool {
 		return env.Client.Create(context.Background(), again.DeepCopy()) == nil
 	})
-	eventually(t, 10*time.Second, "the recreated invalid acme is Invalid, not Held", func() bool {
+	poll.Until(t, 10*time.Second, "the recreated invalid acme is Invalid, not Held", func() bool {
 		get(t, env, again)
 		c := ready(again)
 		return c != nil && c.Reason == ReasonInvalid && c.ObservedGeneration == again.Generation && tierOf(t, r, ns+"/main", "acme") == ""
@@ -142,7 +143,7 @@ func testTierRenameIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 			}
 		}
 	})
-	eventually(t, 10*time.Second, "the plane is Held", func() bool {
+	poll.Until(t, 10*time.Second, "the plane is Held", func() bool {
 		get(t, env, plane)
 		c := ready(plane)
 		return c != nil && c.Reason == ReasonHeld && c.ObservedGeneration == plane.Generation
@@ -165,7 +166,7 @@ func testTierRenameIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 			t.Fatalf("%s's tier in Redis is %q, want standard kept", tenant, tier)
 		}
 	}
-	eventually(t, 10*time.Second, "the plane counts itself held", func() bool {
+	poll.Until(t, 10*time.Second, "the plane counts itself held", func() bool {
 		get(t, env, plane)
 		return plane.Status.HeldObjects == 1
 	})
@@ -181,7 +182,7 @@ func testTierRenameIsHeld(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	}
 	bp := &v1alpha1.BurstPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}}
 	update(t, env, bp, func() { bp.Spec.Tiers = []string{"enterprise", "premium"} })
-	eventually(t, 20*time.Second, "the rename and the moves are published", func() bool {
+	poll.Until(t, 20*time.Second, "the rename and the moves are published", func() bool {
 		get(t, env, plane)
 		c := ready(plane)
 		return c != nil && c.Status == metav1.ConditionTrue && plane.Status.HeldObjects == 0 &&
@@ -203,7 +204,7 @@ func testDuplicatePlane(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	// Its name sorts first: the oldest is in force, not the first by name.
 	second := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "a-second"},
 		Spec: v1alpha1.QuotaPlaneSpec{Global: v1alpha1.Limit{Rate: 1}, Tiers: []v1alpha1.Tier{{Name: "only"}}}}
-	eventually(t, 10*time.Second, "a second later", func() bool {
+	poll.Until(t, 10*time.Second, "a second later", func() bool {
 		// creationTimestamp has whole seconds: make the second one younger.
 		get(t, env, plane)
 		return time.Since(plane.CreationTimestamp.Time) > time.Second
@@ -211,7 +212,7 @@ func testDuplicatePlane(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	if err := env.Client.Create(ctx, second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the second plane says Duplicate", func() bool {
+	poll.Until(t, 10*time.Second, "the second plane says Duplicate", func() bool {
 		get(t, env, second)
 		c := ready(second)
 		return c != nil && c.Reason == ReasonDuplicate
@@ -221,7 +222,7 @@ func testDuplicatePlane(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	}
 	tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
 	update(t, env, tq, func() { tq.Spec.Limit.Rate = 4321 })
-	eventually(t, 10*time.Second, "the first plane keeps publishing", func() bool {
+	poll.Until(t, 10*time.Second, "the first plane keeps publishing", func() bool {
 		p := current(t, r, ns+"/main")
 		tn, _ := p.Tenant("whale-1")
 		get(t, env, plane)
@@ -240,7 +241,7 @@ func testDuplicatePlane(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	if err := env.Client.Delete(ctx, second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the plane counts nothing rejected", func() bool {
+	poll.Until(t, 10*time.Second, "the plane counts nothing rejected", func() bool {
 		get(t, env, plane)
 		return plane.Status.RejectedObjects == 0
 	})
@@ -261,7 +262,7 @@ func testEnforced(t *testing.T, env *testenv.Env, r *redistest.Server) {
 			return c != nil && c.Status == status && c.Reason == reason && c.ObservedGeneration == plane.Generation
 		}
 	}
-	eventually(t, 10*time.Second, "Ready, but not Enforced: no enforcer reports", enforced(metav1.ConditionFalse, "NoEnforcers"))
+	poll.Until(t, 10*time.Second, "Ready, but not Enforced: no enforcer reports", enforced(metav1.ConditionFalse, "NoEnforcers"))
 	if c := ready(plane); c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready %+v; want True (published)", c)
 	}
@@ -282,7 +283,7 @@ func testEnforced(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	}
 	report("enforcer-a", version, time.Minute)
 	report("enforcer-b", version-1, time.Minute) // still on the version before
-	eventually(t, 10*time.Second, "rolling out", enforced(metav1.ConditionFalse, "RollingOut"))
+	poll.Until(t, 10*time.Second, "rolling out", enforced(metav1.ConditionFalse, "RollingOut"))
 	if c := condition(plane, v1alpha1.ConditionEnforced); !strings.Contains(c.Message, "1 of 2 enforcers run version "+itoa(version)) || !strings.Contains(c.Message, "enforcer-b (version "+itoa(version-1)+")") {
 		t.Errorf("Enforced message %q; want it to count and name the lagging enforcer", c.Message)
 	}
@@ -293,7 +294,7 @@ func testEnforced(t *testing.T, env *testenv.Env, r *redistest.Server) {
 		t.Errorf("Argo CD health while rolling out: %s, want Progressing", status)
 	}
 	report("enforcer-b", version, time.Minute)
-	eventually(t, 10*time.Second, "enforced", enforced(metav1.ConditionTrue, "Enforced"))
+	poll.Until(t, 10*time.Second, "enforced", enforced(metav1.ConditionTrue, "Enforced"))
 	if c := condition(plane, v1alpha1.ConditionReconciling); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("Reconciling %+v; want False once enforced", c)
 	}
@@ -308,14 +309,14 @@ func testEnforced(t *testing.T, env *testenv.Env, r *redistest.Server) {
 	// fleet reports it.
 	tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
 	update(t, env, tq, func() { tq.Spec.Limit.Rate = 2500 })
-	eventually(t, 10*time.Second, "the next version is published and not yet enforced", func() bool {
+	poll.Until(t, 10*time.Second, "the next version is published and not yet enforced", func() bool {
 		return enforced(metav1.ConditionFalse, "RollingOut")() && plane.Status.PublishedVersion == version+1
 	})
 	report("enforcer-a", version+1, time.Minute)
 	report("enforcer-b", version+1, 300*time.Millisecond) // then it stops
-	eventually(t, 10*time.Second, "enforced at the next version", enforced(metav1.ConditionTrue, "Enforced"))
+	poll.Until(t, 10*time.Second, "enforced at the next version", enforced(metav1.ConditionTrue, "Enforced"))
 	// enforcer-b's report lapses: it no longer counts.
-	eventually(t, 10*time.Second, "a lapsed report stops counting", func() bool {
+	poll.Until(t, 10*time.Second, "a lapsed report stops counting", func() bool {
 		get(t, env, plane)
 		return plane.Status.Enforcers == 1 && plane.Status.EnforcersReady == 1
 	})
@@ -336,7 +337,7 @@ func testLocalModeOneReplica(t *testing.T, env *testenv.Env, r *redistest.Server
 	create(t, env, objs)
 	dep := enforcerDeployment(t, env, ns, 3)
 	plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
-	eventually(t, 20*time.Second, "a local plane's 3 enforcers are scaled down to 1 at once", func() bool {
+	poll.Until(t, 20*time.Second, "a local plane's 3 enforcers are scaled down to 1 at once", func() bool {
 		get(t, env, dep)
 		get(t, env, plane)
 		c := condition(plane, ConditionScaled)
@@ -358,14 +359,14 @@ func testLocalModeOneReplica(t *testing.T, env *testenv.Env, r *redistest.Server
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "the multiplication is named", func() bool {
+	poll.Until(t, 10*time.Second, "the multiplication is named", func() bool {
 		get(t, env, plane)
 		c := condition(plane, ConditionScaled)
 		return c != nil && strings.Contains(c.Message, "2 enforcers run the plane now, admitting up to 2 times each limit")
 	})
 	// Switched to a distributed mode, the fleet scales to its minimum.
 	update(t, env, plane, func() { plane.Spec.Mode = v1alpha1.ModeCentral })
-	eventually(t, 20*time.Second, "a central plane gets minReplicas", func() bool {
+	poll.Until(t, 20*time.Second, "a central plane gets minReplicas", func() bool {
 		get(t, env, dep)
 		return *dep.Spec.Replicas == 2
 	})
@@ -387,7 +388,7 @@ func TestManagerRestart(t *testing.T) {
 	first := startManager(t, env, r, false)
 	version := waitPublished(t, env, r, samplePolicy(t, ns), acme)
 	good := acme.Generation
-	eventually(t, 10*time.Second, "the plane's status records the version", func() bool {
+	poll.Until(t, 10*time.Second, "the plane's status records the version", func() bool {
 		get(t, env, plane)
 		return plane.Status.PublishedVersion == version
 	})
@@ -397,7 +398,7 @@ func TestManagerRestart(t *testing.T) {
 	// acme's valid generation.
 	update(t, env, acme, func() { acme.Spec.Tier = "standrd" })
 	second := startManager(t, env, r, false)
-	eventually(t, 20*time.Second, "the restarted manager holds acme's last valid version", func() bool {
+	poll.Until(t, 20*time.Second, "the restarted manager holds acme's last valid version", func() bool {
 		get(t, env, acme)
 		c := ready(acme)
 		return c != nil && c.Reason == ReasonHeld && c.ObservedGeneration == acme.Generation
@@ -419,17 +420,17 @@ func TestManagerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	startManager(t, env, r, false)
-	eventually(t, 20*time.Second, "the plane is published again above the recorded version", func() bool {
+	poll.Until(t, 20*time.Second, "the plane is published again above the recorded version", func() bool {
 		p := current(t, r, ns+"/main")
 		return p != nil && p.Version() == version+1
 	})
-	eventually(t, 10*time.Second, "the status records it", func() bool {
+	poll.Until(t, 10*time.Second, "the status records it", func() bool {
 		get(t, env, plane)
 		return plane.Status.PublishedVersion == version+1
 	})
 	// The specs in force went with Redis's data and this manager's memory
 	// (see controllers/doc.go): acme's invalid edit is now left out.
-	eventually(t, 10*time.Second, "acme is left out", func() bool {
+	poll.Until(t, 10*time.Second, "acme is left out", func() bool {
 		get(t, env, acme)
 		c := ready(acme)
 		return c != nil && c.Reason == ReasonInvalid

@@ -21,6 +21,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
@@ -109,20 +110,6 @@ func create(t *testing.T, env *testenv.Env, objs []runtime.Object) {
 	}
 }
 
-// eventually polls cond every 20 ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // get reads obj afresh from the API server.
 func get(t *testing.T, env *testenv.Env, obj client.Object) {
 	t.Helper()
@@ -169,7 +156,7 @@ func update(t *testing.T, env *testenv.Env, obj client.Object, change func()) {
 func waitPublished(t *testing.T, env *testenv.Env, r *redistest.Server, want *policy.Policy, obj client.Object) int64 {
 	t.Helper()
 	var version int64
-	eventually(t, 20*time.Second, "the whole plane is published and "+obj.GetName()+" names it", func() bool {
+	poll.Until(t, 20*time.Second, "the whole plane is published and "+obj.GetName()+" names it", func() bool {
 		get(t, env, obj)
 		p := current(t, r, want.ID())
 		if p == nil || p.Hash() != want.Hash() || statusOf(obj).PolicyVersion != p.Version() {
@@ -184,7 +171,7 @@ func waitPublished(t *testing.T, env *testenv.Env, r *redistest.Server, want *po
 // waitEvent waits for an Event of the manager about the object name in ns.
 func waitEvent(t *testing.T, env *testenv.Env, ns, eventType, reason, name string) {
 	t.Helper()
-	eventually(t, 10*time.Second, "a "+reason+" event on "+name, func() bool {
+	poll.Until(t, 10*time.Second, "a "+reason+" event on "+name, func() bool {
 		var evs eventsv1.EventList
 		if err := env.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
 )
@@ -28,7 +29,7 @@ func TestLeaderElection(t *testing.T) {
 	managers := [2]*testManager{startManager(t, env, r, true), startManager(t, env, r, true)}
 
 	var leader, follower *testManager
-	eventually(t, 30*time.Second, "a manager is elected", func() bool {
+	poll.Until(t, 30*time.Second, "a manager is elected", func() bool {
 		for i, m := range managers {
 			if elected(m) {
 				leader, follower = m, managers[1-i]
@@ -52,7 +53,7 @@ func TestLeaderElection(t *testing.T) {
 	create(t, env, objs)
 	want, _ := policy.Compile(objs)
 	plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
-	eventually(t, 20*time.Second, "the leader publishes the samples", func() bool {
+	poll.Until(t, 20*time.Second, "the leader publishes the samples", func() bool {
 		get(t, env, plane)
 		return plane.Status.PublishedHash == want.Hash()
 	})
@@ -63,7 +64,7 @@ func TestLeaderElection(t *testing.T) {
 		t.Fatalf("the follower counts %g publishes; only the leader may publish", n)
 	}
 	tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "whale-1"}}
-	eventually(t, 10*time.Second, "the tenant names the published version", func() bool {
+	poll.Until(t, 10*time.Second, "the tenant names the published version", func() bool {
 		get(t, env, tq)
 		return tq.Status.PolicyVersion == plane.Status.PublishedVersion
 	})
@@ -72,7 +73,7 @@ func TestLeaderElection(t *testing.T) {
 	stopped := time.Now()
 	leader.stop()
 	stopTook := time.Since(stopped)
-	eventually(t, 3*testLease, "the follower takes over within three lease durations", func() bool {
+	poll.Until(t, 3*testLease, "the follower takes over within three lease durations", func() bool {
 		return elected(follower)
 	})
 	takeover := time.Since(stopped)
@@ -82,7 +83,7 @@ func TestLeaderElection(t *testing.T) {
 	}
 
 	update(t, env, tq, func() { tq.Spec.Limit.Rate = 4321 })
-	eventually(t, 20*time.Second, "the new leader publishes the next version and the tenant follows", func() bool {
+	poll.Until(t, 20*time.Second, "the new leader publishes the next version and the tenant follows", func() bool {
 		get(t, env, tq)
 		return tq.Status.PolicyVersion == before+1 && tq.Status.ObservedGeneration == tq.Generation
 	})

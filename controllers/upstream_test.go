@@ -33,6 +33,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
 	"github.com/quotaplane/quotaplane/pkg/upstream"
@@ -120,7 +121,7 @@ func TestUpstreamOutage(t *testing.T) {
 
 	llm := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"}}
 	broken := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "broken"}}
-	eventually(t, 30*time.Second, "llm is sensed healthy with a successful probe", func() bool {
+	poll.Until(t, 30*time.Second, "llm is sensed healthy with a successful probe", func() bool {
 		get(t, env, llm)
 		c := meta.FindStatusCondition(llm.Status.Conditions, v1alpha1.ConditionReady)
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonSensing && llm.Status.Phase == v1alpha1.PhaseHealthy &&
@@ -132,7 +133,7 @@ func TestUpstreamOutage(t *testing.T) {
 	if cl := llm.Status.Classes; cl == nil || cl.High != 2 || cl.Low != 2 {
 		t.Errorf("healthy llm: classes %+v, want the static tiers: 2 high (enterprise), 2 low (standard, free)", cl)
 	}
-	eventually(t, 10*time.Second, "broken is Invalid", func() bool {
+	poll.Until(t, 10*time.Second, "broken is Invalid", func() bool {
 		get(t, env, broken)
 		c := meta.FindStatusCondition(broken.Status.Conditions, v1alpha1.ConditionReady)
 		return c != nil && c.Reason == ReasonInvalid
@@ -152,7 +153,7 @@ func TestUpstreamOutage(t *testing.T) {
 	// The upstream fails.
 	status.Store(http.StatusServiceUnavailable)
 	var phases []v1alpha1.UpstreamPhase
-	eventually(t, 30*time.Second, "llm reaches Phase1", func() bool {
+	poll.Until(t, 30*time.Second, "llm reaches Phase1", func() bool {
 		get(t, env, llm)
 		if n := len(phases); n == 0 || phases[n-1] != llm.Status.Phase {
 			phases = append(phases, llm.Status.Phase)
@@ -175,7 +176,7 @@ func TestUpstreamOutage(t *testing.T) {
 	// Two cycles below their class suspend batch and trial; anchor was
 	// upgraded at once.
 	var plan *upstream.Plan
-	eventually(t, 20*time.Second, "the plan suspends batch and trial", func() bool {
+	poll.Until(t, 20*time.Second, "the plan suspends batch and trial", func() bool {
 		plan = readPlan(t, r, plane)
 		return len(plan.Upstreams) == 1 && classes(plan.Upstreams[0]) == "anchor=critical batch=suspended corp=high trial=suspended"
 	})
@@ -189,7 +190,7 @@ func TestUpstreamOutage(t *testing.T) {
 	// The webhook got each change, signed with the Secret's value (its
 	// trailing newline dropped).
 	var notices []upstream.Notice
-	eventually(t, 10*time.Second, "the webhook gets the three changes", func() bool {
+	poll.Until(t, 10*time.Second, "the webhook gets the three changes", func() bool {
 		notices = hook.notices(t, []byte("s3cret"))
 		return len(notices) >= 3
 	})
@@ -206,7 +207,7 @@ func TestUpstreamOutage(t *testing.T) {
 	}
 
 	// The metrics say the same.
-	eventually(t, 10*time.Second, "the metrics count the changes and the notices", func() bool {
+	poll.Until(t, 10*time.Second, "the metrics count the changes and the notices", func() bool {
 		return metric(t, m.registry, "quotaplane_manager_upstream_phase", "namespace", ns, "upstream", "llm") == float64(upstream.Phase1) &&
 			metric(t, m.registry, "quotaplane_manager_upstream_tenants", "namespace", ns, "upstream", "llm", "class", "suspended") == 2 &&
 			metric(t, m.registry, "quotaplane_manager_upstream_class_changes_total", "namespace", ns, "upstream", "llm", "from", "low", "to", "suspended") == 2 &&
@@ -223,7 +224,7 @@ func TestUpstreamOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "the plan is deleted and the series dropped", func() bool {
+	poll.Until(t, 10*time.Second, "the plan is deleted and the series dropped", func() bool {
 		return readPlan(t, r, plane) == nil && metric(t, m.registry, "quotaplane_manager_upstream_phase", "namespace", ns, "upstream", "llm") == -1
 	})
 
@@ -463,7 +464,7 @@ var outageTenants = map[string]string{"anchor": "enterprise", "corp": "enterpris
 // ns whose note contains note.
 func waitEventNote(t *testing.T, env *testenv.Env, ns, eventType, reason, name, note string) {
 	t.Helper()
-	eventually(t, 10*time.Second, "a "+eventType+" "+reason+" event on "+name+" saying "+note, func() bool {
+	poll.Until(t, 10*time.Second, "a "+eventType+" "+reason+" event on "+name+" saying "+note, func() bool {
 		var evs eventsv1.EventList
 		if err := env.Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)

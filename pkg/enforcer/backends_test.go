@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -46,11 +47,11 @@ func TestBackendsMatchEngine(t *testing.T) {
 			for seed := uint64(1); seed <= planes; seed++ {
 				rng := rand.New(rand.NewPCG(seed, 77))
 				pl := orcRandomPlane(rng, "none", b.hugeGlobal)
-				local := newEngine(t, compileYAML(t, pl.yaml))
+				local := newEngine(t, policytest.Compile(t, pl.yaml))
 				if err := client.FlushDB(context.Background()).Err(); err != nil {
 					t.Fatal(err)
 				}
-				e := newEngine(t, compileYAML(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
+				e := newEngine(t, policytest.Compile(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
 					withBreakerCooldown(time.Hour))
 				if b.redisDown {
 					srv.Stop()
@@ -112,11 +113,11 @@ func TestBackendsMatchEngineGroups(t *testing.T) {
 			for seed := uint64(1); seed <= planes; seed++ {
 				rng := rand.New(rand.NewPCG(seed, 78))
 				pl := orcRandomPlane(rng, "none", b.hugeGlobal)
-				local := newEngine(t, compileYAML(t, pl.yaml))
+				local := newEngine(t, policytest.Compile(t, pl.yaml))
 				if err := client.FlushDB(context.Background()).Err(); err != nil {
 					t.Fatal(err)
 				}
-				e := newEngine(t, compileYAML(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
+				e := newEngine(t, policytest.Compile(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
 					withBreakerCooldown(time.Hour))
 				if b.redisDown {
 					srv.Stop()

@@ -11,12 +11,13 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // benchPolicy is a plane of n named tenants over three endpoints with limits
 // at every level and a global limit far above the load: the uncontended case.
 func benchPolicy(b testing.TB, n int, globalRate int64, fairness string) *policy.Policy {
-	return compileYAML(b, benchPolicyYAML(n, globalRate, fairness))
+	return policytest.Compile(b, benchPolicyYAML(n, globalRate, fairness))
 }
 
 func benchPolicyYAML(n int, globalRate int64, fairness string) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -73,7 +74,7 @@ func BenchmarkCentral(b *testing.B) {
 
 // centralBenchPolicy is benchPolicy in central mode with a burst pool.
 func centralBenchPolicy(b testing.TB, tenants int) *policy.Policy {
-	return compileYAML(b, withMode(benchPolicyYAML(tenants, 1_000_000_000, "none"), "central")+`---
+	return policytest.Compile(b, withMode(benchPolicyYAML(tenants, 1_000_000_000, "none"), "central")+`---
 apiVersion: quotaplane.io/v1alpha1
 kind: BurstPool
 metadata: {name: pool}
@@ -154,7 +155,7 @@ func BenchmarkCentralCluster(b *testing.B) {
 			if shards > 1 {
 				plane, whale = fmt.Sprintf("shards: %d", shards), fmt.Sprintf(", shards: %d", shards)
 			}
-			p := compileYAML(b, withMode(benchPolicyYAML(10, 1_000_000_000, "none"), "central", plane)+fmt.Sprintf(`---
+			p := policytest.Compile(b, withMode(benchPolicyYAML(10, 1_000_000_000, "none"), "central", plane)+fmt.Sprintf(`---
 apiVersion: quotaplane.io/v1alpha1
 kind: TenantQuota
 metadata: {name: whale}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -22,7 +23,7 @@ func centralFleet(t *testing.T, srv *redistest.Server, yaml string, n int, opts 
 	if err := srv.Client().FlushDB(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	p := compileYAML(t, withMode(yaml, "central"))
+	p := policytest.Compile(t, withMode(yaml, "central"))
 	var engines []*Engine
 	for i := range n {
 		engines = append(engines, centralEngine(t, p, srv.Client(), sprintf("node%d", i), append([]Option{WithRedisTimeout(5 * time.Second)}, opts...)...))
@@ -243,7 +244,7 @@ func TestCentralTierFloorsAreRateGuarantees(t *testing.T) {
 // order of the nodes' ids, give the same water levels bit for bit, and a
 // report that does not parse is left out whole.
 func TestCentralFairAllocationIsDeterministic(t *testing.T) {
-	p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", "tier", 1000, scenarioTiers, nil), "central"))
+	p := policytest.Compile(t, withMode(scenarioPolicy(t, "maxmin", "tier", 1000, scenarioTiers, nil), "central"))
 	snap := newSnapshot(p)
 	rng := rand.New(rand.NewPCG(3, 3))
 	var reports []string
@@ -303,7 +304,7 @@ func BenchmarkCentralFairness(b *testing.B) {
 			if err := client.FlushDB(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}
-			p := compileYAML(b, withMode(benchPolicyYAML(tenants, 1_000_000_000, fairness), "central"))
+			p := policytest.Compile(b, withMode(benchPolicyYAML(tenants, 1_000_000_000, fairness), "central"))
 			e := newEngine(b, p, WithRedis(client), WithNodeID("bench"), WithRedisTimeout(time.Second), withRedisConcurrency(2))
 			reqs := centralBenchRequests("zipf", tenants)
 			runLatencies(b, func(i int) bool {
@@ -324,7 +325,7 @@ func TestCentralUnattributedDemand(t *testing.T) {
 	if len(got) != 1 || got[0].rank != 2 || math.Abs(got[0].demand-400) > 1e-6 || got[0].demand/got[0].weight != unattributedRatio {
 		t.Fatalf("claims %+v; want one of tier 2, 400/s, at the unattributed ratio", got)
 	}
-	p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", "tier", 1000, scenarioTiers, nil), "central"))
+	p := policytest.Compile(t, withMode(scenarioPolicy(t, "maxmin", "tier", 1000, scenarioTiers, nil), "central"))
 	b := &central{e: &Engine{}}
 	b.fair.startFleet()
 	// Tier 2: a tenant of 2,000/s and the 400/s no tenant's average accounts
@@ -365,7 +366,7 @@ func TestCentralSharesByEitherDefinition(t *testing.T) {
 		demand = append(demand, 3)
 	}
 	for _, shareBy := range []string{"tier", "tenant"} {
-		p := compileYAML(t, withMode(scenarioPolicy(t, "maxmin", shareBy, globalRate, scenarioTiers, nil), "central"))
+		p := policytest.Compile(t, withMode(scenarioPolicy(t, "maxmin", shareBy, globalRate, scenarioTiers, nil), "central"))
 		b := &central{e: &Engine{}}
 		b.fair.startFleet()
 		b.fair.add(string(encodeReport(nil, 0, named[:2], nil)), 3)

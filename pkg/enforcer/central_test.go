@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -49,7 +51,7 @@ func TestCentralExact(t *testing.T) {
 // exactPlane is a central plane whose global limit of burst tokens never
 // refills; extra is more YAML documents.
 func exactPlane(t testing.TB, burst int, extra string) *policy.Policy {
-	return compileYAML(t, withMode(planeHeader, "central")+sprintf(`  global: {rate: 0, burst: %d}
+	return policytest.Compile(t, withMode(planeHeader, "central")+sprintf(`  global: {rate: 0, burst: %d}
   tiers: [{name: t, weight: 1}]
 ---
 apiVersion: quotaplane.io/v1alpha1
@@ -97,7 +99,7 @@ func decideConcurrently(t *testing.T, p *policy.Policy, clients []redis.Universa
 func TestCentralNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	p := compileYAML(t, withMode(planeHeader, "central")+`  global: {rate: 0, burst: 3}
+	p := policytest.Compile(t, withMode(planeHeader, "central")+`  global: {rate: 0, burst: 3}
   tiers: [{name: t, weight: 1}]
 `)
 	e := centralEngine(t, p, client, "n1")
@@ -120,7 +122,7 @@ func TestCentralNoScript(t *testing.T) {
 // the script reads Redis TIME.
 func TestCentralClockSkew(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(planeHeader, "central")+`  global: {rate: 1, burst: 10, period: 1h}
+	p := policytest.Compile(t, withMode(planeHeader, "central")+`  global: {rate: 1, burst: 10, period: 1h}
   tiers: [{name: t, weight: 1}]
 `)
 	ahead := centralEngine(t, p, srv.Client(), "ahead", WithClock(func() time.Time { return time.Now().Add(30 * time.Second) }))
@@ -147,12 +149,12 @@ func TestCentralClockSkew(t *testing.T) {
 // TestCentralNeedsRedis: a central plane without Redis is refused, with a
 // message that says what to do.
 func TestCentralNeedsRedis(t *testing.T) {
-	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1}\n  tiers: [{name: t, weight: 1}]\n")
+	p := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1}\n  tiers: [{name: t, weight: 1}]\n")
 	_, err := New(p)
 	if err == nil || !strings.Contains(err.Error(), "WithRedis") {
 		t.Fatalf("New without Redis: %v", err)
 	}
-	e := newEngine(t, compileYAML(t, planeHeader+"  global: {rate: 1}\n  tiers: [{name: t, weight: 1}]\n"))
+	e := newEngine(t, policytest.Compile(t, planeHeader+"  global: {rate: 1}\n  tiers: [{name: t, weight: 1}]\n"))
 	if err := e.SetPolicy(p); err == nil {
 		t.Fatal("SetPolicy of a central plane without Redis succeeded")
 	}
@@ -167,12 +169,12 @@ func TestCentralOutage(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	const rate, burst = 1000, 1000
-	p := compileYAML(t, withMode(planeHeader, "central")+sprintf("  global: {rate: %d, burst: %d}\n", rate, burst)+
+	p := policytest.Compile(t, withMode(planeHeader, "central")+sprintf("  global: {rate: %d, burst: %d}\n", rate, burst)+
 		"  tiers: [{name: t, weight: 1}]\n")
 	opts := []Option{withHeartbeatInterval(50 * time.Millisecond), withBreakerCooldown(100 * time.Millisecond)}
 	nodes := []*Engine{centralEngine(t, p, srv.Client(), "n0", opts...), centralEngine(t, p, srv.Client(), "n1", opts...)}
 	for _, e := range nodes {
-		waitFor(t, "both nodes counted", func() bool { return e.BackendStatus().Nodes == 2 })
+		poll.Until(t, 5*time.Second, "both nodes counted", func() bool { return e.BackendStatus().Nodes == 2 })
 	}
 
 	type phase struct {
@@ -251,7 +253,7 @@ func TestCentralFailureModes(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, mode := range []string{"allow", "deny", "degrade"} {
 		t.Run(mode, func(t *testing.T) {
-			p := compileYAML(t, withMode(planeHeader, "central", "failureMode: "+mode)+
+			p := policytest.Compile(t, withMode(planeHeader, "central", "failureMode: "+mode)+
 				"  global: {rate: 0, burst: 1}\n  tiers: [{name: t, weight: 1}]\n")
 			srv.Restart()
 			e := centralEngine(t, p, srv.Client(), "n1")
@@ -274,7 +276,7 @@ func TestCentralFailureModes(t *testing.T) {
 			}
 			// The breaker opens when the third failed call returns, which
 			// may be after the decision stopped waiting for it.
-			waitFor(t, "the breaker to open", func() bool { return e.BackendStatus().Degraded })
+			poll.Until(t, 5*time.Second, "the breaker to open", func() bool { return e.BackendStatus().Degraded })
 			if s := e.BackendStatus(); s.Fallbacks != 3 {
 				t.Fatalf("status %+v, want 3 fallbacks", s)
 			}
@@ -286,7 +288,7 @@ func TestCentralFailureModes(t *testing.T) {
 // decision at most its deadline; the failure mode decides meanwhile.
 func TestCentralSlowRedis(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
-	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
+	p := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
 	const deadline = 20 * time.Millisecond
 	e := centralEngine(t, p, srv.Client(), "n1", WithRedisTimeout(deadline))
 	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x"}); err != nil {
@@ -294,7 +296,7 @@ func TestCentralSlowRedis(t *testing.T) {
 	}
 	sleeping := make(chan error, 1)
 	go func() { sleeping <- srv.Client().Do(context.Background(), "DEBUG", "SLEEP", "2").Err() }()
-	waitFor(t, "Redis to stop answering", func() bool {
+	poll.Until(t, 5*time.Second, "Redis to stop answering", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		return srv.Client().Ping(ctx).Err() != nil

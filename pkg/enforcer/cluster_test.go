@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -44,7 +45,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("three shards stay within the limit", func(t *testing.T) {
 		flush()
-		p := compileYAML(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 0, burst: 999}
+		p := policytest.Compile(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 0, burst: 999}
   tiers: [{name: t, weight: 1}]
 `)
 		admitted := decideConcurrently(t, p, clients(2), 2000, func(g int) Request {
@@ -59,7 +60,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("a split whale stays within its limit", func(t *testing.T) {
 		flush()
-		p := compileYAML(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 0, burst: 1000000}
+		p := policytest.Compile(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 0, burst: 1000000}
   tiers: [{name: t, weight: 1}]
 ---
 apiVersion: quotaplane.io/v1alpha1
@@ -103,7 +104,7 @@ kind: EndpointQuota
 metadata: {name: write}
 spec: {endpoint: write, cost: 7}
 `
-		e := centralEngine(t, compileYAML(t, yaml), cluster.Client(t), "n0", WithRedisTimeout(5*time.Second))
+		e := centralEngine(t, policytest.Compile(t, yaml), cluster.Client(t), "n0", WithRedisTimeout(5*time.Second))
 		// Two tenants in different shards: the group's parts are two calls.
 		shard := func(name string) int { s, _ := e.central.shards.shardOf(3, name, &policy.Tenant{}, ""); return s }
 		x, y := "t0", "t1"
@@ -125,7 +126,7 @@ spec: {endpoint: write, cost: 7}
 		// Groups and single decisions race over the shards: every tenant's
 		// bucket ends exactly at what was admitted through it.
 		flush()
-		e = centralEngine(t, compileYAML(t, yaml), cluster.Client(t), "n1", WithRedisTimeout(5*time.Second))
+		e = centralEngine(t, policytest.Compile(t, yaml), cluster.Client(t), "n1", WithRedisTimeout(5*time.Second))
 		if err := concurrentGroups(t, e, false, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +138,7 @@ spec: {endpoint: write, cost: 7}
 
 	t.Run("parts follow demand", func(t *testing.T) {
 		flush()
-		p := compileYAML(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 3000, burst: 300}
+		p := policytest.Compile(t, withMode(planeHeader, "central", "shards: 3")+`  global: {rate: 3000, burst: 300}
   tiers: [{name: t, weight: 1}]
 `)
 		e := centralEngine(t, p, cluster.Client(t), "n0")

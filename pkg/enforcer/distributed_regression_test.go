@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -20,7 +22,7 @@ import (
 // string, and failures open the breaker for the whole plane.
 func TestCentralKeyNamesDoNotCollide(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(planeHeader, "central")+`  global: {rate: 1000, burst: 1000}
+	p := policytest.Compile(t, withMode(planeHeader, "central")+`  global: {rate: 1000, burst: 1000}
   tiers: [{name: t, weight: 1, key: {rate: 10, burst: 10}}]
 ---
 apiVersion: quotaplane.io/v1alpha1
@@ -44,8 +46,8 @@ spec: {tenant: a, keys: [{key: foo, limit: {rate: 5, period: 1m, algorithm: slid
 func TestCentralExpiryFollowsTheLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	fast := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000000, burst: 1000000}\n  tiers: [{name: t, weight: 1, tenant: {rate: 100, burst: 100}}]\n")
-	slow := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000000, burst: 1000000}\n  tiers: [{name: t, weight: 1, tenant: {rate: 1, burst: 100}}]\n")
+	fast := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000000, burst: 1000000}\n  tiers: [{name: t, weight: 1, tenant: {rate: 100, burst: 100}}]\n")
+	slow := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000000, burst: 1000000}\n  tiers: [{name: t, weight: 1, tenant: {rate: 1, burst: 100}}]\n")
 	e := centralEngine(t, fast, client, "n1")
 	now := time.Now()
 	if d := mustDecide(t, e, now, Request{Tenant: "a", Endpoint: "x", Units: 100}); !d.Allow {
@@ -76,7 +78,7 @@ func TestCentralExpiryFollowsTheLimit(t *testing.T) {
 func TestCentralNoRefillKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1, key: {rate: 0, burst: 5}}]\n")
+	p := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1, key: {rate: 0, burst: 5}}]\n")
 	e := centralEngine(t, p, client, "n1")
 	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x", APIKey: "random-1"}); err != nil {
 		t.Fatal(err)
@@ -93,7 +95,7 @@ func TestReconciledPushesAfterFailure(t *testing.T) {
 	srv := redistest.Start(t)
 	// Reconciles only when the test says; refills 1 token a second, so that
 	// the level the test reads does not move while a loaded machine runs it.
-	p := compileYAML(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: 1h")+
+	p := policytest.Compile(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: 1h")+
 		"  global: {rate: 1, burst: 1000}\n  fairness: none\n  tiers: [{name: t, weight: 1}]\n")
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("n1"), WithRedisTimeout(200*time.Millisecond))
 	admit := func(n int64) {
@@ -144,7 +146,7 @@ func TestReconciledModeSwitch(t *testing.T) {
 	srv := redistest.Start(t)
 	reconciled := reconciledPlane(t, 1000, time.Hour)
 	other := newEngine(t, reconciled, WithRedis(srv.Client()), WithNodeID("n0"))
-	local := compileYAML(t, planeHeader+"  global: {rate: 1000, burst: 1000}\n  fairness: none\n  tiers: [{name: t, weight: 1}]\n")
+	local := policytest.Compile(t, planeHeader+"  global: {rate: 1000, burst: 1000}\n  fairness: none\n  tiers: [{name: t, weight: 1}]\n")
 	e := newEngine(t, local, WithRedis(srv.Client()), WithNodeID("n1"))
 	if d := mustDecide(t, e, time.Now(), Request{Tenant: "a", Endpoint: "x", Units: 500}); !d.Allow {
 		t.Fatalf("denied: %+v", d)
@@ -168,7 +170,7 @@ func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
 	var nowUs atomic.Int64
 	nowUs.Store(time.Now().UnixMicro())
 	clock := func() time.Time { return time.UnixMicro(nowUs.Load()) }
-	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
+	p := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
 	e := centralEngine(t, p, srv.Client(), "n1", WithClock(clock), withBreakerCooldown(time.Second))
 	b := e.central
 	for range 3 {
@@ -188,7 +190,7 @@ func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
 	if err != nil || !d.Allow || e.BackendStatus().ScriptCalls == 0 {
 		t.Fatalf("after the cooldown the probe should reach Redis: %+v, %v, %+v", d, err, e.BackendStatus())
 	}
-	waitFor(t, "the breaker to close after the recovery", func() bool { return !e.BackendStatus().Degraded })
+	poll.Until(t, 5*time.Second, "the breaker to close after the recovery", func() bool { return !e.BackendStatus().Degraded })
 }
 
 // A tenant whose demand here went to zero while its fleet figure is fresh,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/fairref"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // fairTier is a tier of the fairness scenarios.
@@ -166,7 +167,7 @@ func TestZipfOverloadAdmitsFairShares(t *testing.T) {
 	const globalRate = 10_000
 	tenants := zipfTenants(1000, 1.2, 1.5*globalRate, []float64{0.05, 0.20, 0.75}, 1)
 	run := func(fairness, shareBy, reference string) (worst float64, at int, res scenarioResult, shares []float64) {
-		e := newEngine(t, compileYAML(t, scenarioPolicy(t, fairness, shareBy, globalRate, scenarioTiers, tenants)))
+		e := newEngine(t, policytest.Compile(t, scenarioPolicy(t, fairness, shareBy, globalRate, scenarioTiers, tenants)))
 		res = runScenario(t, e, tenants, 42, 5*time.Second, 15*time.Second)
 		shares = fairShares(reference, globalRate, scenarioTiers, tenants, res.offered)
 		worst, at = worstDeviation(res, shares)
@@ -217,7 +218,7 @@ func TestZipfOverloadAdmitsFairShares(t *testing.T) {
 // use. Global 500/s; capped offers 1,000/s but its limit is 100/s; open
 // offers 1,000/s with no limit of its own: open gets the other 400/s.
 func TestTenantBoundByItsOwnLimitLeavesTheRest(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 500, burst: 500}
   tiers: [{name: std, weight: 1}]
 ---
@@ -255,7 +256,7 @@ func TestLongTailGetsItsTierShare(t *testing.T) {
 		rate := 0.2 * math.Pow(20, rng.Float64())
 		tenants = append(tenants, fairTenant{name: fmt.Sprintf("t%04d", i), tier: 2, weight: 1, offered: rate})
 	}
-	e := newEngine(t, compileYAML(t, scenarioPolicy(t, "maxmin", "tier", globalRate, scenarioTiers, tenants)))
+	e := newEngine(t, policytest.Compile(t, scenarioPolicy(t, "maxmin", "tier", globalRate, scenarioTiers, tenants)))
 	res := runScenario(t, e, tenants, 11, 20*time.Second, 40*time.Second)
 	shares := fairShares("tier", globalRate, scenarioTiers, tenants, res.offered)
 	var tailShare, tailAdmitted, tailOffered float64
@@ -287,7 +288,7 @@ func TestLongTailGetsItsTierShare(t *testing.T) {
 // Regression: the bucket had to cover the whole cost, so b was denied every
 // request while the plane was contended.
 func TestPacedRequestCostlierThanItsShareBucket(t *testing.T) {
-	p := compileYAML(t, planeHeader+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: std, weight: 1}]\n")
+	p := policytest.Compile(t, planeHeader+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: std, weight: 1}]\n")
 	e := newEngine(t, p)
 	var bAdmitted int64
 	const seconds = 30
@@ -333,7 +334,7 @@ func TestAllocateMatchesTheReference(t *testing.T) {
 			demand[i] = 50 * rng.ExpFloat64()
 		}
 		const globalRate = 1000
-		snap := newSnapshot(compileYAML(t, scenarioPolicy(t, "maxmin", shareBy, globalRate, tiers, tenants)))
+		snap := newSnapshot(policytest.Compile(t, scenarioPolicy(t, "maxmin", shareBy, globalRate, tiers, tenants)))
 		var f fairness
 		f.demands, f.weights, f.ranks, f.caps = demand, make([]float64, len(tenants)), make([]int, len(tenants)), make([]float64, len(tenants))
 		rank := map[string]int{}

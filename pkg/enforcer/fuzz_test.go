@@ -8,6 +8,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // FuzzDecide drives the engine on the sample plane with an arbitrary
@@ -20,7 +21,7 @@ func FuzzDecide(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	alt := compileYAML(f, planeHeader+`
+	alt := policytest.Compile(f, planeHeader+`
   global: {rate: 5, burst: 7}
   fairness: wfq
   tiers: [{name: free, tenant: {rate: 1, burst: 3}, key: {rate: 2, period: 1s, algorithm: slidingWindow}}]

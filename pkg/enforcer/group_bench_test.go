@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -92,7 +93,7 @@ func boundBenchPolicy(b testing.TB, n int) *policy.Policy {
 		tenant := fmt.Sprintf("spec: {tenant: t%d, tier: ", i)
 		yaml = strings.Replace(yaml, tenant, fmt.Sprintf("spec: {keyHashes: [%q], tenant: t%d, tier: ", policy.HashKey(fmt.Sprintf("k%d", i)), i), 1)
 	}
-	return compileYAML(b, yaml)
+	return policytest.Compile(b, yaml)
 }
 
 // BenchmarkDecideAtBound is BenchmarkDecideAtUncontended on a plane that

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -42,7 +43,7 @@ func inRedis(mode string, redisDown bool) bool { return mode == "central" && !re
 // out of the way (an hour apart) and a breaker that stays open.
 func groupEngine(t *testing.T, srv *redistest.Server, mode string, redisDown bool, yaml string, opts ...Option) *Engine {
 	t.Helper()
-	p := compileYAML(t, withMode(yaml, mode, "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(yaml, mode, "reconcileInterval: 1h"))
 	if mode == "local" {
 		return newEngine(t, p, opts...)
 	}
@@ -200,7 +201,7 @@ func twinEngines(t *testing.T, srv *redistest.Server, mode string) (*Engine, *En
 	srv.Restart()
 	var engines [2]*Engine
 	for i, name := range []string{"one", "two"} {
-		engines[i] = newEngine(t, compileYAML(t, withMode(groupPlane(name), mode, "reconcileInterval: 1h")),
+		engines[i] = newEngine(t, policytest.Compile(t, withMode(groupPlane(name), mode, "reconcileInterval: 1h")),
 			WithRedis(srv.Client()), WithNodeID("n"+name), withBreakerCooldown(time.Hour))
 	}
 	return engines[0], engines[1]
@@ -453,7 +454,7 @@ spec: {endpoint: write, cost: 7}
 		// first request, and a naive group may keep no partial debit at
 		// all (a CI run under -race saw none): here the tenants bind, so
 		// groups are cut in their middle all the time.
-		e := newEngine(t, compileYAML(t, strings.Replace(yaml, "burst: 3000", "burst: 1000000", 1)))
+		e := newEngine(t, policytest.Compile(t, strings.Replace(yaml, "burst: 3000", "burst: 1000000", 1)))
 		if err := concurrentGroups(t, e, true, 1000000); err == nil {
 			t.Fatal("a group that keeps partial debits passes the check: it cannot fail")
 		} else {
@@ -607,7 +608,7 @@ func TestCentralGroupFailureModes(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, mode := range []string{"allow", "deny", "degrade"} {
 		t.Run(mode, func(t *testing.T) {
-			p := compileYAML(t, withMode(planeHeader, "central", "failureMode: "+mode)+
+			p := policytest.Compile(t, withMode(planeHeader, "central", "failureMode: "+mode)+
 				"  global: {rate: 0, burst: 3}\n  tiers: [{name: t, weight: 1}]\n")
 			srv.Restart()
 			e := centralEngine(t, p, srv.Client(), "n1")
@@ -651,7 +652,7 @@ func TestCentralGroupFailureModes(t *testing.T) {
 func TestCentralGroupNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 0, burst: 5}\n  tiers: [{name: t, weight: 1}]\n")
+	p := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 0, burst: 5}\n  tiers: [{name: t, weight: 1}]\n")
 	e := centralEngine(t, p, client, "n1")
 	ctx := context.Background()
 	for i := range 4 {

@@ -8,20 +8,6 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
-// compileYAML compiles quota objects written as YAML; any problem fails the test.
-func compileYAML(t testing.TB, doc string) *policy.Policy {
-	t.Helper()
-	objs, err := policy.DecodeYAML([]byte(doc))
-	if err != nil {
-		t.Fatalf("decode: %v", err)
-	}
-	p, problems := policy.Compile(objs)
-	if len(problems) > 0 || p == nil {
-		t.Fatalf("compile: %v", problems)
-	}
-	return p
-}
-
 func newEngine(t testing.TB, p *policy.Policy, opts ...Option) *Engine {
 	t.Helper()
 	e, err := New(p, opts...)

@@ -3,8 +3,11 @@ package enforcer
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -19,7 +22,7 @@ func smallPlane(t testing.TB, tenantLimit bool) *policy.Policy {
 	if tenantLimit {
 		tenant = "tenant: {rate: 100, burst: 100, period: 1h}, "
 	}
-	return compileYAML(t, doc+`  global: {rate: 100000, burst: 100000}
+	return policytest.Compile(t, doc+`  global: {rate: 100000, burst: 100000}
   fairness: none
   tiers: [{name: free, weight: 1, `+tenant+`key: {rate: 1000, burst: 1000, period: 1h}}]
 ---
@@ -46,7 +49,7 @@ func smallFleet(t *testing.T, srv *redistest.Server, p *policy.Policy, n int) []
 		fleet = append(fleet, newEngine(t, p, WithRedis(srv.Client()), WithNodeID(sprintf("n%d", i))))
 	}
 	for _, e := range fleet {
-		waitFor(t, "every node to count the fleet", func() bool { return e.snap.Load().splitOver == int64(n) })
+		poll.Until(t, 5*time.Second, "every node to count the fleet", func() bool { return e.snap.Load().splitOver == int64(n) })
 	}
 	return fleet
 }
@@ -125,7 +128,7 @@ func TestReconciledSmallLimitsWhileDegraded(t *testing.T) {
 	fleet := smallFleet(t, srv, smallPlane(t, false), 2)
 	e := fleet[0]
 	srv.Stop()
-	waitFor(t, "the node to degrade", func() bool { return e.BackendStatus().Degraded && e.snap.Load().splitOver == 0 })
+	poll.Until(t, 5*time.Second, "the node to degrade", func() bool { return e.BackendStatus().Degraded && e.snap.Load().splitOver == 0 })
 	// The node's share of 2 exports is one (floored at one export).
 	for i, want := range []bool{true, false} {
 		d, err := e.Decide(context.Background(), Request{Tenant: "f", Endpoint: "export"})
@@ -134,7 +137,7 @@ func TestReconciledSmallLimitsWhileDegraded(t *testing.T) {
 		}
 	}
 	srv.Restart()
-	waitFor(t, "small limits to be Redis's again", func() bool { return e.snap.Load().splitOver == 2 })
+	poll.Until(t, 5*time.Second, "small limits to be Redis's again", func() bool { return e.snap.Load().splitOver == 2 })
 	if d, _ := fleet[1].Decide(context.Background(), Request{Tenant: "h", Endpoint: "export"}); !d.Allow {
 		t.Errorf("an export in Redis after the outage: %+v", d)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -85,7 +86,7 @@ func TestStolenKeyRefused(t *testing.T) {
 		})
 	}
 	t.Run("open", func(t *testing.T) {
-		e := newEngine(t, compileYAML(t, boundPlane("open")))
+		e := newEngine(t, policytest.Compile(t, boundPlane("open")))
 		if d, err := e.DecideAt(at(time.Hour), Request{Tenant: "a", Endpoint: "read", APIKey: "key-b"}); err != nil || !d.Allow {
 			t.Fatalf("an open plane: %+v, %v", d, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -47,7 +48,7 @@ spec: {endpoint: export, cost: 50, tiers: [{tier: free, limit: {rate: 100, burst
 //	go test -run '^$' -bench TenantMemory -benchtime 1x ./pkg/enforcer/
 //	QUOTAPLANE_MEMORY_TENANTS=1000000 go test -run '^$' -bench TenantMemory/one-key -benchtime 1x ./pkg/enforcer/
 func BenchmarkTenantMemory(b *testing.B) {
-	p := compileYAML(b, benchMemoryPlane)
+	p := policytest.Compile(b, benchMemoryPlane)
 	n := 100_000
 	if v := os.Getenv("QUOTAPLANE_MEMORY_TENANTS"); v != "" {
 		var err error
@@ -138,7 +139,7 @@ func BenchmarkRedisMemory(b *testing.B) {
 	const n = 4_000
 	for _, mode := range []string{"central", "local-reconciled"} {
 		b.Run(mode, func(b *testing.B) {
-			p := compileYAML(b, withMode(benchMemoryPlane, mode))
+			p := policytest.Compile(b, withMode(benchMemoryPlane, mode))
 			var perTenant, keysPerTenant float64
 			for range b.N {
 				if err := c.FlushAll(ctx).Err(); err != nil {
@@ -198,7 +199,7 @@ func BenchmarkReconcileBytes(b *testing.B) {
 		}
 		return sum
 	}
-	p := compileYAML(b, withMode(benchMemoryPlane, "local-reconciled", "reconcileInterval: 1h"))
+	p := policytest.Compile(b, withMode(benchMemoryPlane, "local-reconciled", "reconcileInterval: 1h"))
 	for _, n := range []int{0, 100, 1_000, 4_000} {
 		b.Run(sprintf("tenants=%d", n), func(b *testing.B) {
 			var in, out, us int64

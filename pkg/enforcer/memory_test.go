@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 const memoryPlane = planeHeader + `
@@ -20,7 +22,7 @@ const memoryPlane = planeHeader + `
 // (the rest share one), every request is still decided, and the heap does
 // not grow with the flood.
 func TestFloodOfUnknownTenantsIsBounded(t *testing.T) {
-	e := newEngine(t, compileYAML(t, memoryPlane), WithMaxTenants(1000))
+	e := newEngine(t, policytest.Compile(t, memoryPlane), WithMaxTenants(1000))
 	var before, after runtime.MemStats
 	for i := range 1000 { // fill the engine up to the bound
 		mustDecide(t, e, at(0), Request{Tenant: fmt.Sprintf("warm-%d", i), Endpoint: "read", APIKey: "k"})
@@ -54,7 +56,7 @@ func TestFloodOfUnknownTenantsIsBounded(t *testing.T) {
 // TestFloodOfApiKeysIsBounded sends requests with 20,000 distinct api keys for
 // one tenant: at most WithMaxKeysPerTenant keys get their own state.
 func TestFloodOfApiKeysIsBounded(t *testing.T) {
-	e := newEngine(t, compileYAML(t, memoryPlane), WithMaxKeysPerTenant(100))
+	e := newEngine(t, policytest.Compile(t, memoryPlane), WithMaxKeysPerTenant(100))
 	for i := range 20_000 {
 		if _, err := e.DecideAt(at(0), Request{Tenant: "one", Endpoint: "read", APIKey: fmt.Sprintf("key-%d", i)}); err != nil {
 			t.Fatal(err)
@@ -80,7 +82,7 @@ func TestFloodOfApiKeysIsBounded(t *testing.T) {
 // that still owes tokens (its limit never refills) is kept, so forgetting
 // never changes a decision.
 func TestIdleStateIsPrunedOnlyWhenLossless(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 1000000, burst: 1000000}
   defaultTier: free
   tiers:

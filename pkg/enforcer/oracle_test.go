@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // ---------------------------------------------------------------------------
@@ -826,7 +827,7 @@ func orcRun(t *testing.T, seed uint64, fairness string, hugeGlobal, noFloors boo
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15+1))
 	pl := orcRandomPlane(rng, fairness, hugeGlobal)
-	p := compileYAML(t, pl.yaml)
+	p := policytest.Compile(t, pl.yaml)
 	e := newEngine(t, p)
 	m := newOrcModel(p)
 	m.noFloors = noFloors

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // ---------------------------------------------------------------------------
@@ -73,7 +74,7 @@ spec: {size: 40, refillRate: 0, perTenantCeiling: 15}
 // and checks that every level has lost exactly the cost of the requests it
 // admitted: denied requests consume nothing anywhere.
 func TestLeakNoRefill(t *testing.T) {
-	p := compileYAML(t, planeHeader+propNoRefillPlane)
+	p := policytest.Compile(t, planeHeader+propNoRefillPlane)
 	e := newEngine(t, p)
 	rng := rand.New(rand.NewPCG(7, 16))
 
@@ -268,7 +269,7 @@ func propRaceEnabled() bool {
 // TestConcurrentGlobalAdmitsExactlyBurst: 64 goroutines race for a global
 // limit of 1,000 tokens that never refills.
 func TestConcurrentGlobalAdmitsExactlyBurst(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 0, burst: 1000}
   fairness: none
   tiers: [{name: std, tenant: {rate: 1000000, burst: 1000000}, key: {rate: 1000000, burst: 1000000}}]
@@ -299,7 +300,7 @@ spec: {endpoint: read, cost: 1, limit: {rate: 1000000, burst: 1000000}}
 // TestConcurrentTenantAdmitsExactlyBurst: the tenant level binds (20 tenants
 // of 50 tokens, no refill) and the global level counts every admission.
 func TestConcurrentTenantAdmitsExactlyBurst(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 0, burst: 1000000}
   fairness: none
   tiers: [{name: std, tenant: {rate: 0, burst: 50}}]
@@ -363,7 +364,7 @@ const propUs = time.Microsecond
 // TestStepRefillAtExactMicrosecond: a token arrives at the microsecond the
 // rate says; one microsecond before, the request is denied with RetryAfter 1µs.
 func TestStepRefillAtExactMicrosecond(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 3, burst: 3}
   fairness: none
   tiers: [{name: std, tenant: {rate: 4, burst: 2, period: 1s}}]
@@ -402,7 +403,7 @@ spec: {endpoint: slow, limit: {rate: 7, burst: 1, period: 10ms}}
 // TestStepRetryAfterBucketAndWindow: RetryAfter for a token bucket and for a
 // sliding window ("2 per 300s": the third call waits until the first leaves).
 func TestStepRetryAfterBucketAndWindow(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, key: {rate: 10, burst: 10}}]
@@ -449,7 +450,7 @@ spec: {endpoint: batch, cost: 3}
 // and the bucket's clock is not moved back, so going forward again does not
 // earn the same interval twice.
 func TestStepClockBackwardsEarnsNothing(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 20, burst: 20}
   fairness: none
   tiers: [{name: std, tenant: {rate: 10, burst: 10}}]
@@ -484,7 +485,7 @@ spec: {tenant: g, limit: {rate: 1000, burst: 1000}}
 // TestStepCostOverBurst: a request that can never pass is denied with
 // MaxRetryAfter and a reason, and consumes nothing.
 func TestStepCostOverBurst(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 100, burst: 100}
   fairness: none
   tiers: [{name: std, tenant: {rate: 10, burst: 10}, key: {rate: 0, burst: 5}}]
@@ -529,7 +530,7 @@ spec: {tenant: big, limit: {rate: 1000, burst: 1000}}
 // a lower burst caps them and a higher one does not refill them.
 func TestStepSetPolicyKeepsTokens(t *testing.T) {
 	plane := func(aBurst, bRate int) *policy.Policy {
-		return compileYAML(t, planeHeader+fmt.Sprintf(`
+		return policytest.Compile(t, planeHeader+fmt.Sprintf(`
   global: {rate: 1000, burst: 1000}
   fairness: none
   tiers: [{name: std}]
@@ -586,7 +587,7 @@ spec: {tenant: b, limit: {rate: %d, burst: 100}}
 // descending, then name): gold 0, amber 30 (gold's 30%), silver 35 (amber
 // ranks above silver at equal weight by name), bronze 55.
 func TestStepGlobalReserve(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+`
+	e := newEngine(t, policytest.Compile(t, planeHeader+`
   global: {rate: 10, burst: 100}
   fairness: none
   tiers:
@@ -665,7 +666,7 @@ func propDebt(t *testing.T, e *Engine, now time.Duration, name string) int64 {
 // their debt reaches the ceiling or the pool runs dry; then they are denied
 // at the tenant level with the wait of their own bucket.
 func TestBorrowUntilCeilingAndPoolDry(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+propBorrowPlane))
+	e := newEngine(t, policytest.Compile(t, planeHeader+propBorrowPlane))
 	r := func(name string, units int64) Request { return Request{Tenant: name, Units: units} }
 	ms := time.Millisecond
 	propRun(t, e, []propStep{
@@ -714,7 +715,7 @@ func TestBorrowUntilCeilingAndPoolDry(t *testing.T) {
 // TestBorrowHardAndExcludedTiersNeverBorrow: a hard tenant and a tenant of a
 // tier the pool does not admit are denied at the tenant level, with no debt.
 func TestBorrowHardAndExcludedTiersNeverBorrow(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+propBorrowPlane))
+	e := newEngine(t, policytest.Compile(t, planeHeader+propBorrowPlane))
 	for _, name := range []string{"h", "f"} {
 		propRun(t, e, []propStep{
 			{at: 0, r: Request{Tenant: name, Units: 10}, allow: true, remaining: 0},
@@ -742,7 +743,7 @@ func TestBorrowHardAndExcludedTiersNeverBorrow(t *testing.T) {
 // TestBorrowDebtRepaidAtRefillRate: debt falls at the pool's refill rate
 // (5 tokens per second) and the pool refills at the same rate.
 func TestBorrowDebtRepaidAtRefillRate(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+propBorrowPlane))
+	e := newEngine(t, policytest.Compile(t, planeHeader+propBorrowPlane))
 	propRun(t, e, []propStep{
 		{at: 0, r: Request{Tenant: "a", Units: 10}, allow: true, remaining: 0},
 		{at: 0, r: Request{Tenant: "a", Units: 10}, allow: true, borrowed: 10, remaining: 0},
@@ -774,7 +775,7 @@ func TestBorrowDebtRepaidAtRefillRate(t *testing.T) {
 // debt stays within [0, ceiling], the pool within [0, size], and every loan
 // is covered by both.
 func TestBorrowDebtNeverExceedsCeiling(t *testing.T) {
-	p := compileYAML(t, planeHeader+propBorrowPlane)
+	p := policytest.Compile(t, planeHeader+propBorrowPlane)
 	e := newEngine(t, p)
 	rng := rand.New(rand.NewPCG(3, 5))
 	names := []string{"a", "b", "c", "h", "f"}
@@ -825,7 +826,7 @@ spec: {endpoint: w2, limit: {rate: 2, period: 100ms, algorithm: slidingWindow}}
 // wrong RetryAfter values and counting expired entries). Entries admitted at
 // 10ms, 5ms and 7ms (rate 3 per 100ms) all count as at 10ms and leave at 110ms.
 func TestRegression_SlidingWindowTimeNeverGoesBack(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+propWindowPlane))
+	e := newEngine(t, policytest.Compile(t, planeHeader+propWindowPlane))
 	ms := time.Millisecond
 	w := Request{Tenant: "a", Endpoint: "w3"}
 	for _, when := range []time.Duration{10 * ms, 5 * ms, 7 * ms} {
@@ -858,7 +859,7 @@ func TestRegression_SlidingWindowTimeNeverGoesBack(t *testing.T) {
 // small (burst 10): with an idle TTL of 1s the engine answers Remaining 9
 // (small), with 1h Remaining 99 (big). Per the spec both must be 9.
 func TestRegression_UnknownTenantTierFollowsRequests(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 1000, burst: 1000}
   fairness: none
   defaultTier: small
@@ -885,7 +886,7 @@ func TestRegression_UnknownTenantTierFollowsRequests(t *testing.T) {
 // -race run with concurrent traffic, Remaining may be computed from a bucket
 // another decision is updating.
 func TestRegression_RemainingReadsGlobalBucketUnderItsLock(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+`
+	e := newEngine(t, policytest.Compile(t, planeHeader+`
   global: {rate: 0, burst: 1000}
   fairness: none
   tiers: [{name: std}]

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 )
 
 // The admission order of the queueing modes, checked at the engine: real
@@ -149,7 +152,7 @@ func newQueueUnderTest(t *testing.T, mode string, fifo bool, opts ...Option) *qu
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
 	opts = append([]Option{WithClock(clock.Now), withQueueWait(time.Minute), withFairnessInterval(time.Second)}, opts...)
-	e := newEngine(t, compileYAML(t, sprintf(orderPlane, mode)), opts...)
+	e := newEngine(t, policytest.Compile(t, sprintf(orderPlane, mode)), opts...)
 	contendOrder(t, e)
 	q := &e.queue
 	q.mu.Lock()
@@ -185,7 +188,7 @@ func (u *queueUnderTest) arrive(ctx context.Context, tenant, endpoint string) in
 		}
 		u.answers <- answer{i, d}
 	}()
-	waitFor(u.t, "the request to queue", func() bool { return u.e.queue.live.Load() == live+1 })
+	poll.Until(u.t, 5*time.Second, "the request to queue", func() bool { return u.e.queue.live.Load() == live+1 })
 	return i
 }
 
@@ -498,7 +501,7 @@ func TestQueueAbandonedWaitersAreSwept(t *testing.T) {
 	for range 3 {
 		<-u.answers
 	}
-	waitFor(t, "the waiters to abandon", func() bool { return u.e.queue.live.Load() == 1 })
+	poll.Until(t, 5*time.Second, "the waiters to abandon", func() bool { return u.e.queue.live.Load() == 1 })
 
 	// The queue holds four waiters, three of them abandoned: a newcomer
 	// sweeps them out instead of finding the queue full.

@@ -3,10 +3,12 @@ package enforcer
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 )
 
 // fakeClock is a clock the test moves by hand.
@@ -23,21 +25,6 @@ func (e *Engine) queuedLen(mode fairnessMode) int {
 		n++
 	}
 	return n
-}
-
-// waitFor polls cond until it holds or a second passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		default:
-			runtime.Gosched()
-		}
-	}
 }
 
 const queuePlane = planeHeader + `
@@ -71,7 +58,7 @@ func TestQueueingModesHoldThenAdmit(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			clock := &fakeClock{}
 			clock.Set(at(2 * time.Second))
-			e := newEngine(t, compileYAML(t, sprintf(queuePlane, mode)), WithClock(clock.Now), withQueueWait(time.Minute))
+			e := newEngine(t, policytest.Compile(t, sprintf(queuePlane, mode)), WithClock(clock.Now), withQueueWait(time.Minute))
 			contend(t, e)
 
 			got := make(chan Decision, 1)
@@ -82,7 +69,7 @@ func TestQueueingModesHoldThenAdmit(t *testing.T) {
 				}
 				got <- d
 			}()
-			waitFor(t, "the request to queue", func() bool { return e.queuedLen(parseFairness(mode)) == 1 })
+			poll.Until(t, 5*time.Second, "the request to queue", func() bool { return e.queuedLen(parseFairness(mode)) == 1 })
 			clock.Add(time.Second) // the global bucket refills
 			d := <-got
 			if !d.Allow {
@@ -95,7 +82,7 @@ func TestQueueingModesHoldThenAdmit(t *testing.T) {
 func TestQueueingModesTimeOutWithTheDenial(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(20*time.Millisecond))
+	e := newEngine(t, policytest.Compile(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(20*time.Millisecond))
 	contend(t, e)
 	d, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})
 	if err != nil || d.Allow || d.Level != LevelGlobal || d.RetryAfter <= 0 {
@@ -104,7 +91,7 @@ func TestQueueingModesTimeOutWithTheDenial(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		waitFor(t, "the request to queue", func() bool { return e.queuedLen(fairWFQ) == 1 })
+		poll.Until(t, 5*time.Second, "the request to queue", func() bool { return e.queuedLen(fairWFQ) == 1 })
 		cancel()
 	}()
 	e.settings.queueWait = time.Minute // this wait outlives the context
@@ -116,7 +103,7 @@ func TestQueueingModesTimeOutWithTheDenial(t *testing.T) {
 func TestCloseAnswersWaiters(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	e, err := New(compileYAML(t, sprintf(queuePlane, "drr")), WithClock(clock.Now), withQueueWait(time.Minute))
+	e, err := New(policytest.Compile(t, sprintf(queuePlane, "drr")), WithClock(clock.Now), withQueueWait(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +113,7 @@ func TestCloseAnswersWaiters(t *testing.T) {
 		d, _ := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})
 		got <- d
 	}()
-	waitFor(t, "the request to queue", func() bool { return e.queuedLen(fairDRR) == 1 })
+	poll.Until(t, 5*time.Second, "the request to queue", func() bool { return e.queuedLen(fairDRR) == 1 })
 	e.Close()
 	if d := <-got; d.Allow || d.Level != LevelGlobal {
 		t.Fatalf("a waiter at Close got %+v; want its global denial", d)

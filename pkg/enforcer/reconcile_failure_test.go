@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -43,7 +45,7 @@ func TestReconciledFailureMode(t *testing.T) {
 			srv := redistest.Start(t)
 			const interval = 50 * time.Millisecond
 			doc := withMode(planeHeader, "local-reconciled", "reconcileInterval: "+interval.String(), "failureMode: "+mode)
-			p := compileYAML(t, doc+"  global: {rate: 1000, burst: 1000}\n  fairness: none\n  tiers: [{name: t, weight: 1, tenant: {rate: 5, burst: 5, period: 1h}}]\n")
+			p := policytest.Compile(t, doc+"  global: {rate: 1000, burst: 1000}\n  fairness: none\n  tiers: [{name: t, weight: 1, tenant: {rate: 5, burst: 5, period: 1h}}]\n")
 			var logs syncBuffer
 			e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("n0"), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 			decide := func() Decision {
@@ -63,8 +65,8 @@ func TestReconciledFailureMode(t *testing.T) {
 			}
 
 			srv.Stop()
-			waitFor(t, "the node to say it is degraded", func() bool { return e.BackendStatus().Degraded })
-			waitFor(t, "a warning naming the failureMode", func() bool {
+			poll.Until(t, 5*time.Second, "the node to say it is degraded", func() bool { return e.BackendStatus().Degraded })
+			poll.Until(t, 5*time.Second, "a warning naming the failureMode", func() bool {
 				return strings.Contains(logs.String(), "quota store unavailable") && strings.Contains(logs.String(), "failureMode="+mode)
 			})
 			d := decide()
@@ -87,8 +89,8 @@ func TestReconciledFailureMode(t *testing.T) {
 			}
 
 			srv.Restart()
-			waitFor(t, "the node to leave degraded operation", func() bool { return !e.BackendStatus().Degraded })
-			waitFor(t, "a log line saying the store is back", func() bool { return strings.Contains(logs.String(), "quota store back") })
+			poll.Until(t, 5*time.Second, "the node to leave degraded operation", func() bool { return !e.BackendStatus().Degraded })
+			poll.Until(t, 5*time.Second, "a log line saying the store is back", func() bool { return strings.Contains(logs.String(), "quota store back") })
 		})
 	}
 }
@@ -98,7 +100,7 @@ func TestReconciledFailureMode(t *testing.T) {
 // the recovery), as local-reconciled does.
 func TestCentralDegradedIsLogged(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
+	p := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1}]\n")
 	var logs syncBuffer
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("n0"), withBreakerCooldown(50*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
@@ -109,11 +111,11 @@ func TestCentralDegradedIsLogged(t *testing.T) {
 	}
 	decide()
 	srv.Stop()
-	waitFor(t, "the breaker to open", func() bool { decide(); return e.BackendStatus().Degraded })
-	waitFor(t, "a warning", func() bool { return strings.Contains(logs.String(), "quota store unavailable") })
+	poll.Until(t, 5*time.Second, "the breaker to open", func() bool { decide(); return e.BackendStatus().Degraded })
+	poll.Until(t, 5*time.Second, "a warning", func() bool { return strings.Contains(logs.String(), "quota store unavailable") })
 	srv.Restart()
-	waitFor(t, "the breaker to close", func() bool { decide(); return !e.BackendStatus().Degraded })
-	waitFor(t, "a log line saying the store is back", func() bool { return strings.Contains(logs.String(), "quota store back") })
+	poll.Until(t, 5*time.Second, "the breaker to close", func() bool { decide(); return !e.BackendStatus().Degraded })
+	poll.Until(t, 5*time.Second, "a log line saying the store is back", func() bool { return strings.Contains(logs.String(), "quota store back") })
 	if n := strings.Count(logs.String(), "quota store unavailable"); n != 1 {
 		t.Errorf("%d warnings for one outage; log:\n%s", n, logs.String())
 	}

@@ -10,13 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
 // reconciledPlane is a plane in local-reconciled mode with the given global
 // rate (burst one second of it) and reconcile interval.
 func reconciledPlane(t testing.TB, rate int, interval time.Duration) *policy.Policy {
-	return compileYAML(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: "+interval.String())+
+	return policytest.Compile(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: "+interval.String())+
 		sprintf("  global: {rate: %d, burst: %d}\n  fairness: none\n  tiers: [{name: t, weight: 1}]\n", rate, rate))
 }
 
@@ -119,10 +121,10 @@ func TestReconciledNodeLoss(t *testing.T) {
 		clients = append(clients, c)
 		fleet = append(fleet, newEngine(t, p, WithRedis(c), WithNodeID(sprintf("n%d", i))))
 	}
-	waitFor(t, "four nodes", func() bool { return fleet[0].BackendStatus().Nodes == 4 })
+	poll.Until(t, 5*time.Second, "four nodes", func() bool { return fleet[0].BackendStatus().Nodes == 4 })
 	clients[3].Close() // node 3 can no longer reach Redis: to the fleet it is dead
 	lost := time.Now()
-	waitFor(t, "three nodes, each enforcing a third of the rate (1000/3, rounded)", func() bool {
+	poll.Until(t, 5*time.Second, "three nodes, each enforcing a third of the rate (1000/3, rounded)", func() bool {
 		for _, e := range fleet[:3] {
 			if e.BackendStatus().Nodes != 3 || e.snap.Load().global.Rate != 333 {
 				return false
@@ -147,7 +149,7 @@ func TestReconciledFairnessAcrossNodes(t *testing.T) {
 		t.Skip("seconds of real time")
 	}
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: 100ms")+`  global: {rate: 1000, burst: 1000}
+	p := policytest.Compile(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: 100ms")+`  global: {rate: 1000, burst: 1000}
   fairness: maxmin
   tiers: [{name: t, weight: 1, tenant: {rate: 100000, burst: 100000}}]
 `)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 )
 
 // Regression tests for bugs a review found; each failed before its fix.
@@ -16,7 +18,7 @@ import (
 // that denied the key for ever.
 func TestRegression_RemovedKeyLimitStopsApplying(t *testing.T) {
 	plane := func(key string) *policy.Policy {
-		return compileYAML(t, planeHeader+`
+		return policytest.Compile(t, planeHeader+`
   global: {rate: 1000, burst: 1000}
   fairness: none
   tiers: [{name: std`+key+`}]
@@ -39,7 +41,7 @@ func TestRegression_RemovedKeyLimitStopsApplying(t *testing.T) {
 // tenant's lock held.
 func TestRegression_PeriodChangeCarriesTokensWithoutOverflow(t *testing.T) {
 	plane := func(lim string) *policy.Policy {
-		return compileYAML(t, planeHeader+`
+		return policytest.Compile(t, planeHeader+`
   global: {rate: 1000000000, burst: 1000000000}
   fairness: none
   tiers: [{name: std, tenant: `+lim+`}]
@@ -64,7 +66,7 @@ func TestRegression_PeriodChangeCarriesTokensWithoutOverflow(t *testing.T) {
 // A tenant short of its tokens whose loan the dry pool cannot cover fails
 // the tenant level, which comes before endpoint; it used to be named endpoint.
 func TestRegression_DryPoolFailsTheTenantLevelFirst(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+`
+	e := newEngine(t, policytest.Compile(t, planeHeader+`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, tenant: {rate: 0, burst: 10}}]
@@ -98,7 +100,7 @@ spec: {size: 5, refillRate: 0, perTenantCeiling: 5}
 // at the new rate, not from the tenant's next decision.
 func TestRegression_SetPolicyAtTakesEffectAtItsTime(t *testing.T) {
 	plane := func(rate int) *policy.Policy {
-		return compileYAML(t, planeHeader+fmt.Sprintf(`
+		return policytest.Compile(t, planeHeader+fmt.Sprintf(`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, tenant: {rate: %d, burst: 10}}]
@@ -118,7 +120,7 @@ func TestRegression_SetPolicyAtTakesEffectAtItsTime(t *testing.T) {
 // shared by keys beyond the bound has the tier's key limit. A named key used
 // to land in the overflow limiter, whose limit was the first overflowing key's.
 func TestRegression_NamedKeysNeverOverflow(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+`
+	e := newEngine(t, policytest.Compile(t, planeHeader+`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, key: {rate: 100, burst: 100}}]
@@ -142,7 +144,7 @@ spec: {tenant: acme, keys: [{key: batch, limit: {rate: 400, burst: 400}}, {key: 
 // A status read used to settle the real buckets and windows at its time, so
 // a later decision dated before it was decided differently.
 func TestRegression_StatusReadChangesNothing(t *testing.T) {
-	p := compileYAML(t, planeHeader+`
+	p := policytest.Compile(t, planeHeader+`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std}]
@@ -179,7 +181,7 @@ func TestRegression_QueuedWaiterReturnsWhenItsContextEnds(t *testing.T) {
 	hold := make(chan struct{})
 	held := make(chan struct{})
 	var holding atomic.Bool
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(time.Hour))
+	e := newEngine(t, policytest.Compile(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(time.Hour))
 	contend(t, e)
 	e.clock = func() int64 { // from here on, hold the dispatcher's first read
 		if holding.CompareAndSwap(true, false) {
@@ -194,7 +196,7 @@ func TestRegression_QueuedWaiterReturnsWhenItsContextEnds(t *testing.T) {
 		_, err := e.Decide(ctx, Request{Tenant: "a", Endpoint: "read"})
 		done <- err
 	}()
-	waitFor(t, "the request to queue", func() bool { return e.queuedLen(fairWFQ) == 1 })
+	poll.Until(t, 5*time.Second, "the request to queue", func() bool { return e.queuedLen(fairWFQ) == 1 })
 	holding.Store(true)
 	e.queue.poke()
 	<-held // the dispatcher has taken the waiter and is deciding it
@@ -212,7 +214,7 @@ func TestRegression_QueuedWaiterReturnsWhenItsContextEnds(t *testing.T) {
 func TestRegression_QueueRetriesAreNotCounted(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(200*time.Millisecond))
+	e := newEngine(t, policytest.Compile(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(200*time.Millisecond))
 	contend(t, e)
 	before, _ := e.TenantStatusAt(at(2*time.Second), "a")
 	e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})
@@ -226,7 +228,7 @@ func TestRegression_QueueRetriesAreNotCounted(t *testing.T) {
 // when that was earlier, minting the tokens of the interval again.
 func TestRegression_PolicyChangeNeverMovesTheClockBack(t *testing.T) {
 	plane := func(burst int) *policy.Policy {
-		return compileYAML(t, planeHeader+fmt.Sprintf(`
+		return policytest.Compile(t, planeHeader+fmt.Sprintf(`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, tenant: {rate: 1, burst: %d}}]
@@ -250,7 +252,7 @@ func TestRegression_PolicyChangeNeverMovesTheClockBack(t *testing.T) {
 // alone, though repaying a little debt lets it borrow sooner: RetryAfter is
 // the earliest time the request passes, and a microsecond earlier it fails.
 func TestRegression_BorrowingTenantGetsTheEarliestRetryAfter(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+`
+	e := newEngine(t, policytest.Compile(t, planeHeader+`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, tenant: {rate: 1, burst: 10}}]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -48,7 +49,7 @@ func levelPlane(t testing.TB, plane, mode string, level Level, rate int, interva
 	doc := withMode(planeHeader, mode, "reconcileInterval: "+interval.String())
 	doc = sprintf("%s  global: {rate: 1000000, burst: 1000000}\n  fairness: none\n  tiers: [%s]\n", doc, tier)
 	doc += "---\napiVersion: quotaplane.io/v1alpha1\nkind: EndpointQuota\nmetadata: {name: x}\n" + endpoint + "\n"
-	return compileYAML(t, strings.ReplaceAll(doc, "name: test}", "name: "+plane+"}"))
+	return policytest.Compile(t, strings.ReplaceAll(doc, "name: test}", "name: "+plane+"}"))
 }
 
 // routedAdmission offers each of tenants tenants perTenant requests a

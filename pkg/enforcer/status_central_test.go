@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -20,7 +21,7 @@ import (
 // override for api key k1 and the hashes of k2 and k3 (the tier's key
 // limit), a bucket endpoint and a window endpoint, and a burst pool.
 func redisStatusPlane(t *testing.T) *policy.Policy {
-	return compileYAML(t, withMode(planeHeader, "central")+`  global: {rate: 1, burst: 500, period: 1h}
+	return policytest.Compile(t, withMode(planeHeader, "central")+`  global: {rate: 1, burst: 500, period: 1h}
   tiers: [{name: std, weight: 1, tenant: {rate: 1, burst: 100, period: 1h}, key: {rate: 1, burst: 3, period: 1h}}]
 ---
 apiVersion: quotaplane.io/v1alpha1
@@ -170,7 +171,7 @@ func TestRedisStatusOf(t *testing.T) {
 // TestRedisStatusOfOutsideCentral: an engine not in mode central has no
 // fleet state in Redis to read.
 func TestRedisStatusOfOutsideCentral(t *testing.T) {
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "maxmin")))
+	e := newEngine(t, policytest.Compile(t, sprintf(queuePlane, "maxmin")))
 	if _, err := e.RedisStatusOf(context.Background(), "a"); !errors.Is(err, ErrNotCentral) {
 		t.Fatalf("RedisStatusOf in mode local = %v; want ErrNotCentral", err)
 	}

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // Concurrent decisions while policies swap and status is read: every
 // admitted token is accounted for at global and no tenant passes its burst.
 func TestRegression2_ConcurrentNoLeakAcrossSwaps(t *testing.T) {
 	mk := func(i int) *policy.Policy {
-		return compileYAML(t, planeHeader+fmt.Sprintf(`
+		return policytest.Compile(t, planeHeader+fmt.Sprintf(`
   global: {rate: 0, burst: 20000}
   fairness: none
   enforcer: {minReplicas: %d}

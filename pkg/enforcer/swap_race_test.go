@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 func TestRegression2_RaceGlobalReason(t *testing.T) {
 	mk := func(burst int) *policy.Policy {
-		return compileYAML(t, planeHeader+fmt.Sprintf(`
+		return policytest.Compile(t, planeHeader+fmt.Sprintf(`
   global: {rate: 1, burst: %d}
   fairness: none
   tiers: [{name: std}]

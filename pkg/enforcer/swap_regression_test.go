@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 )
 
 // Global bucket: SetPolicyAt(t0) must make refill run at the new rate from t0.
 func TestRegression2_GlobalSetPolicyAtTakesEffectAtItsTime(t *testing.T) {
 	plane := func(rate int) *policy.Policy {
-		return compileYAML(t, planeHeader+fmt.Sprintf(`
+		return policytest.Compile(t, planeHeader+fmt.Sprintf(`
   global: {rate: %d, burst: 100}
   fairness: none
   tiers: [{name: std}]
@@ -33,7 +35,7 @@ func TestRegression2_GlobalSetPolicyAtTakesEffectAtItsTime(t *testing.T) {
 // Pool: same.
 func TestRegression2_PoolSetPolicyAtTakesEffectAtItsTime(t *testing.T) {
 	plane := func(refill int) *policy.Policy {
-		return compileYAML(t, planeHeader+fmt.Sprintf(`
+		return policytest.Compile(t, planeHeader+fmt.Sprintf(`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, tenant: {rate: 0, burst: 10}}]
@@ -65,7 +67,7 @@ spec: {size: 10, refillRate: %d, perTenantCeiling: 10}
 // A key that overflowed, then gets named by a new policy, must get its own limit.
 func TestRegression2_NamedKeyAfterSwapNotOverflow(t *testing.T) {
 	plane := func(named string) *policy.Policy {
-		return compileYAML(t, planeHeader+`
+		return policytest.Compile(t, planeHeader+`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, key: {rate: 0, burst: 5}}]
@@ -94,7 +96,7 @@ spec: {tenant: acme`+named+`}
 
 // Global rate 0 (accepted by Compile) with maxmin fairness.
 func TestRegression2_GlobalRateZeroMaxMin(t *testing.T) {
-	e := newEngine(t, compileYAML(t, planeHeader+`
+	e := newEngine(t, policytest.Compile(t, planeHeader+`
   global: {rate: 0, burst: 1000000}
   fairness: maxmin
   tiers: [{name: std, floorPercent: 10}]
@@ -121,7 +123,7 @@ func TestRegression2_GlobalRateZeroMaxMin(t *testing.T) {
 func TestRegression2_QueuedAdmittedCountedOnce(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(at(2 * time.Second))
-	e := newEngine(t, compileYAML(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(5*time.Second))
+	e := newEngine(t, policytest.Compile(t, sprintf(queuePlane, "wfq")), WithClock(clock.Now), withQueueWait(5*time.Second))
 	contend(t, e)
 	before, _ := e.TenantStatusAt(at(2*time.Second), "a")
 	done := make(chan Decision, 1)
@@ -129,7 +131,7 @@ func TestRegression2_QueuedAdmittedCountedOnce(t *testing.T) {
 		d, _ := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"})
 		done <- d
 	}()
-	waitFor(t, "queued", func() bool { return e.queuedLen(fairWFQ) == 1 })
+	poll.Until(t, 5*time.Second, "queued", func() bool { return e.queuedLen(fairWFQ) == 1 })
 	clock.Add(time.Second)
 	e.queue.poke()
 	d := <-done
@@ -145,7 +147,7 @@ func TestRegression2_QueuedAdmittedCountedOnce(t *testing.T) {
 // Two swaps before the tenant's next decision: the first one's time is lost.
 func TestRegression2_TwoSwapsBeforeNextDecision(t *testing.T) {
 	plane := func(rate int, extra string) *policy.Policy {
-		return compileYAML(t, planeHeader+fmt.Sprintf(`
+		return policytest.Compile(t, planeHeader+fmt.Sprintf(`
   global: {rate: 1000000, burst: 1000000}
   fairness: none
   tiers: [{name: std, tenant: {rate: %d, burst: 10}}]

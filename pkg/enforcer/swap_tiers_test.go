@@ -3,13 +3,15 @@ package enforcer
 import (
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // After a swap that adds a tier above the existing one, while contended, a
 // tenant of the old tier reads a stale water level until the next tick.
 func TestRegression2_SwapAddingTierWhileContended(t *testing.T) {
-	one := compileYAML(t, sprintf(queuePlane, "maxmin"))
-	two := compileYAML(t, planeHeader+`
+	one := policytest.Compile(t, sprintf(queuePlane, "maxmin"))
+	two := policytest.Compile(t, planeHeader+`
   global: {rate: 100, burst: 100}
   fairness: maxmin
   defaultTier: standard

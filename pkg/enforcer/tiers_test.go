@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // tierTenants makes, per tier, count tenants that together offer the given
@@ -87,7 +89,7 @@ func TestTierProtectionUnderOverload(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tenants := tierTenants(globalRate, []int{2, 20, 200}, []float64{0.5, 0.5, 0.5}, []int64{tc.tiers[0].weight, tc.tiers[1].weight, tc.tiers[2].weight})
-			e := newEngine(t, compileYAML(t, scenarioPolicy(t, "maxmin", tc.shareBy, globalRate, tc.tiers, tenants)))
+			e := newEngine(t, policytest.Compile(t, scenarioPolicy(t, "maxmin", tc.shareBy, globalRate, tc.tiers, tenants)))
 			res := runScenario(t, e, tenants, 3, 3*time.Second, 10*time.Second)
 			admitted := perTier(tc.tiers, tenants, res.admitted)
 			offered := perTier(tc.tiers, tenants, res.offered)
@@ -126,7 +128,7 @@ func TestTierReservesWithoutFairness(t *testing.T) {
 	const globalRate = 10_000
 	tiers := []fairTier{{"enterprise", 8, 40}, {"standard", 4, 25}, {"free", 1, 5}}
 	tenants := tierTenants(globalRate, []int{2, 20, 200}, []float64{0.5, 0.5, 0.5}, []int64{8, 4, 1})
-	e := newEngine(t, compileYAML(t, scenarioPolicy(t, "none", "tier", globalRate, tiers, tenants)))
+	e := newEngine(t, policytest.Compile(t, scenarioPolicy(t, "none", "tier", globalRate, tiers, tenants)))
 	res := runScenario(t, e, tenants, 5, 3*time.Second, 10*time.Second)
 	admitted := perTier(tiers, tenants, res.admitted)
 	t.Logf("admitted per tier: enterprise %.0f/s, standard %.0f/s, free %.0f/s", admitted[0], admitted[1], admitted[2])

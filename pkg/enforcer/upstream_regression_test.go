@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/upstream"
 )
@@ -52,7 +53,7 @@ func classStatus(t *testing.T, e *Engine, c upstream.Class) UpstreamClassStatus 
 // and every class escapes its bucket the same way.
 func TestReviewGateEndpointCaseBypass(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	_, now := reviewClock()
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"), WithClock(now))
 	if err := upstream.PublishPlan(context.Background(), srv.Client(), degradedPlan(p.ID())); err != nil {
@@ -86,7 +87,7 @@ func TestReviewGateEndpointCaseBypass(t *testing.T) {
 // within a minute or so of a Redis outage (5 exchanges a second by default).
 func TestReviewGateHeldPlanPartDrifts(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	clock, now := reviewClock()
 	client := fastFailClient(t, srv)
 	a := newEngine(t, p, WithRedis(client), WithNodeID("a"), WithClock(now))
@@ -148,7 +149,7 @@ func TestReviewGateHeldPlanPartDrifts(t *testing.T) {
 // node's demand) shrinks with it.
 func TestReviewGateDemandAfterFailedExchanges(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	clock, now := reviewClock()
 	a := newEngine(t, p, WithRedis(fastFailClient(t, srv)), WithNodeID("a"), WithClock(now))
 	ctx := context.Background()
@@ -190,7 +191,7 @@ func TestReviewGateDemandAfterFailedExchanges(t *testing.T) {
 // recovery meant for them (and their absence keeps the demand at 0).
 func TestReviewGateRestoredClassRetriesAnHour(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	clock, now := reviewClock()
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"), WithClock(now))
 	ctx := context.Background()
@@ -226,7 +227,7 @@ func TestReviewGateRestoredClassRetriesAnHour(t *testing.T) {
 // interval, plan or not), not the whole allocation.
 func TestReviewGateFirstPlanEveryNodeTakesAll(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	_, now := reviewClock()
 	nodes := make([]*Engine, 4)
 	for i := range nodes {
@@ -257,7 +258,7 @@ func TestReviewGateFirstPlanEveryNodeTakesAll(t *testing.T) {
 // no plan (a plane without upstreams) writes none.
 func TestReviewGateUsageHashKeepsDeadNodes(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	clock, now := reviewClock()
 	a := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"), WithClock(now))
 	ctx := context.Background()
@@ -293,7 +294,7 @@ func TestReviewGateUsageHashKeepsDeadNodes(t *testing.T) {
 // in force after the leader published one in which llm is healthy.
 func TestReviewGatePlanSeqReused(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	_, now := reviewClock()
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"), WithClock(now))
 	ctx := context.Background()
@@ -330,7 +331,7 @@ func TestReviewGatePlanSeqReused(t *testing.T) {
 // goroutine panics and takes the enforcer process with it.
 func TestReviewGatePlanWithoutBodyPanics(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	_, now := reviewClock()
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"), WithClock(now))
 	if err := srv.Client().HSet(context.Background(), upstream.PlanKey(p.ID()), "seq", 7, "at", time.Now().UnixMilli()).Err(); err != nil {
@@ -356,7 +357,7 @@ func TestReviewGatePlanWithoutBodyPanics(t *testing.T) {
 // its demand, which sizes the node's part).
 func TestReviewGateBeforeKeyBinding(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(boundPlane("bound"), "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(boundPlane("bound"), "local", "reconcileInterval: 1h"))
 	_, now := reviewClock()
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"), WithClock(now))
 	plan := &upstream.Plan{Plane: p.ID(), Interval: 10 * time.Second, Upstreams: []upstream.UpstreamPlan{{
@@ -389,7 +390,7 @@ func TestReviewGateBeforeKeyBinding(t *testing.T) {
 func TestReviewGateGroupOverflowDebt(t *testing.T) {
 	srv := redistest.Start(t)
 	doc := strings.Replace(upstreamPlane, "spec: {endpoint: chat, cost: 1}", "spec: {endpoint: chat, cost: 2}", 1)
-	p := compileYAML(t, withMode(doc, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(doc, "local", "reconcileInterval: 1h"))
 	_, now := reviewClock()
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"), WithClock(now))
 	if err := upstream.PublishPlan(context.Background(), srv.Client(), degradedPlan(p.ID())); err != nil {

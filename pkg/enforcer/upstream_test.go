@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/upstream"
 )
@@ -69,7 +70,7 @@ func degradedPlan(plane string) *upstream.Plan {
 // fleet together admits the capacity left, not each node.
 func TestUpstreamGate(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	var clock atomic.Int64
 	clock.Store(epoch.UnixMicro())
 	now := func() time.Time { return time.UnixMicro(clock.Load()) }
@@ -146,7 +147,7 @@ func TestUpstreamGate(t *testing.T) {
 // Redis, nothing is gated.
 func TestUpstreamGateNoPlan(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	e := newEngine(t, p, WithRedis(srv.Client()), WithNodeID("a"))
 	e.gateExchange()
 	if d, _ := e.Decide(context.Background(), Request{Tenant: "bronze", Endpoint: "chat"}); !d.Allow || d.Class != "" {
@@ -172,7 +173,7 @@ func TestUpstreamGateNoPlan(t *testing.T) {
 // drops it and gates nothing.
 func TestUpstreamGateHoldsThePlanWithoutRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	p := compileYAML(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
+	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixMicro())
 	now := func() time.Time { return time.UnixMicro(clock.Load()) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 func TestRateLimitOf(t *testing.T) {
@@ -112,7 +113,7 @@ func TestDescriptorStatus(t *testing.T) {
 }
 
 func TestRateLimitRequests(t *testing.T) {
-	p := compilePlane(t, testPlane("  descriptors:\n    tenant: [x-tenant, tenant]\n    apiKey: [key]\n"))
+	p := policytest.Compile(t, testPlane("  descriptors:\n    tenant: [x-tenant, tenant]\n    apiKey: [key]\n")).WithVersion(1)
 	request := func(hits uint32, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
 		return &rlsv3.RateLimitRequest{Domain: "gw", Descriptors: ds, HitsAddend: hits}
 	}
@@ -173,7 +174,7 @@ func TestRateLimitRequests(t *testing.T) {
 }
 
 func TestCheckRequest(t *testing.T) {
-	p := compilePlane(t, testPlane(""))
+	p := policytest.Compile(t, testPlane("")).WithVersion(1)
 	check := func(method, path string, headers map[string]string, extensions map[string]string) *authv3.CheckRequest {
 		return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 			ContextExtensions: extensions,

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // fuzzPlane denies unknown endpoints, so that refusals are reachable too;
@@ -172,7 +173,7 @@ func fuzzEngine(t *testing.T) *enforcer.Engine {
 	if fuzzEngineInUse != nil {
 		fuzzEngineInUse.Close()
 	}
-	e, err := enforcer.New(compilePlane(t, fuzzPlane))
+	e, err := enforcer.New(policytest.Compile(t, fuzzPlane).WithVersion(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,19 +72,6 @@ spec:
 `
 }
 
-func compilePlane(t testing.TB, yaml string) *policy.Policy {
-	t.Helper()
-	objs, err := policy.DecodeYAML([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, problems := policy.Compile(objs)
-	if len(problems) > 0 {
-		t.Fatalf("the test plane does not compile: %v", problems)
-	}
-	return p.WithVersion(1)
-}
-
 func newEngine(t testing.TB, p *policy.Policy) *enforcer.Engine {
 	t.Helper()
 	e, err := enforcer.New(p)

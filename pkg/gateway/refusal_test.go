@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // TestRLSMalformedValueIsAnAnswer: a value Envoy copied from a client
@@ -19,7 +20,7 @@ import (
 // unless failure_mode_deny is set (its default is false): a client turned a
 // refusal into a free pass by adding a space to X-Api-Key or X-Tenant.
 func TestRLSMalformedValueIsAnAnswer(t *testing.T) {
-	e := newEngine(t, compilePlane(t, testPlane("  keyBinding: bound\n")))
+	e := newEngine(t, policytest.Compile(t, testPlane("  keyBinding: bound\n")).WithVersion(1))
 	s := &rateLimitService{engine: func() (*enforcer.Engine, error) { return e, nil }, observe: func(*enforcer.Engine, string, *enforcer.Decision, time.Duration) {}}
 	ask := func(pairs ...string) (*rlsv3.RateLimitResponse, error) {
 		return s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "gw", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor(pairs...)}})

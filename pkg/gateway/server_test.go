@@ -10,6 +10,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -47,7 +48,7 @@ func TestServerLifecycle(t *testing.T) {
 		}
 	}
 
-	e := newEngine(t, compilePlane(t, testPlane("")))
+	e := newEngine(t, policytest.Compile(t, testPlane("")).WithVersion(1))
 	metrics := server.NewMetrics(e, nil)
 	s.SetEngine(e, metrics.Observe)
 	for _, name := range []string{"", RateLimitServiceName, AuthorizationServiceName} {

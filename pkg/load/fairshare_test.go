@@ -4,9 +4,9 @@ import (
 	"math"
 	"strings"
 	"testing"
-	"testing/fstest"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
 
 // fairPlane: a global rate of 100 tokens/s (6,000 a minute), gold (weight
@@ -46,10 +46,7 @@ func loadFairPlane(t *testing.T) *policy.Policy { return loadFairPlaneBy(t, "ten
 func loadFairPlaneBy(t *testing.T, shareBy string) *policy.Policy {
 	t.Helper()
 	yaml := strings.Replace(fairPlane, "  fairness: maxmin\n", "  fairness: maxmin\n  shareBy: "+shareBy+"\n", 1)
-	p, err := policy.LoadFS(fstest.MapFS{"plane.yaml": {Data: []byte(yaml)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := policytest.Compile(t, yaml)
 	return p
 }
 

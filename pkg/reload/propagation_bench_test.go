@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
@@ -46,15 +47,7 @@ spec: {endpoint: read, cost: 1}
 					fmt.Fprintf(&sb, "---\napiVersion: quotaplane.io/v1alpha1\nkind: TenantQuota\nmetadata: {name: t%06d, namespace: prod}\nspec: {tenant: tenant-%06d, tier: %s, keys: [{key: k-%06d, limit: {rate: 100, burst: 100}}]}\n",
 						i, i, []string{"gold", "free"}[i%2], i)
 				}
-				objs, err := policy.DecodeYAML([]byte(sb.String()))
-				if err != nil {
-					b.Fatal(err)
-				}
-				p, problems := policy.Compile(objs)
-				if len(problems) > 0 {
-					b.Fatal(problems)
-				}
-				return p
+				return policytest.Compile(b, sb.String())
 			}
 			first := compile(1_000_000)
 			s, err := store.New(srv.Client(), first.ID())

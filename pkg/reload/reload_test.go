@@ -17,6 +17,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
@@ -156,17 +157,7 @@ func TestWatchDir(t *testing.T) {
 // counted and skipped.
 func TestWatchStore(t *testing.T) {
 	srv := redistest.Start(t)
-	compile := func(burst int) *policy.Policy {
-		objs, err := policy.DecodeYAML([]byte(plane(burst)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, problems := policy.Compile(objs)
-		if len(problems) > 0 {
-			t.Fatal(problems)
-		}
-		return p
-	}
+	compile := func(burst int) *policy.Policy { return policytest.Compile(t, plane(burst)) }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, err := store.New(srv.Client(), compile(5).ID(), store.WithPollInterval(20*time.Millisecond))

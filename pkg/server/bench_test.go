@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -105,10 +105,7 @@ func BenchmarkForwardAuth(b *testing.B) {
 		"global: {rate: 1000, burst: 1000}", "global: {rate: 1000000000, burst: 1000000000}",
 		"tenant: {rate: 10, burst: 20}", "tenant: {rate: 1000000000, burst: 1000000000}",
 	).Replace(gatewayPlane("default", "default"))
-	p, err := policy.LoadFS(fstest.MapFS{"plane.yaml": {Data: []byte(plane)}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := policytest.Compile(b, plane)
 	e, err := enforcer.New(p)
 	if err != nil {
 		b.Fatal(err)

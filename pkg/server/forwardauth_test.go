@@ -7,11 +7,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/quotaheaders"
 )
 
@@ -68,10 +68,7 @@ var frozen = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 // gatewayAPI serves plane (YAML) on an engine whose clock stands still.
 func gatewayAPI(t testing.TB, plane string) (http.Handler, *enforcer.Engine) {
 	t.Helper()
-	p, err := policy.LoadFS(fstest.MapFS{"plane.yaml": {Data: []byte(plane)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := policytest.Compile(t, plane)
 	e, err := enforcer.New(p, enforcer.WithClock(func() time.Time { return frozen }))
 	if err != nil {
 		t.Fatal(err)
@@ -124,10 +121,7 @@ func planeBuckets(e *enforcer.Engine) string {
 }
 
 func TestClassifyForwardedRequests(t *testing.T) {
-	p, err := policy.LoadFS(fstest.MapFS{"plane.yaml": {Data: []byte(gatewayPlane("default", "default"))}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := policytest.Compile(t, gatewayPlane("default", "default"))
 	for _, tc := range []struct{ method, uri, want string }{
 		{"POST", "/v1/models/gpt/generate", "generate"},
 		{"POST", "/v1/models/gpt/generate?stream=1", "generate"}, // the query is not the path

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
@@ -34,7 +35,7 @@ func TestCluster(t *testing.T) {
 	w.expect(t, 1, a.Hash())
 	// PUBSUB NUMSUB counts one node's subscribers and is sent to any node:
 	// sum over the masters.
-	waitFor(t, "the watcher subscribed", func() bool {
+	poll.Until(t, waitTimeout, "the watcher subscribed", func() bool {
 		var subscribers atomic.Int64
 		err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			n, err := node.PubSubNumSub(ctx, key).Result()

@@ -171,21 +171,6 @@ func (w *watch) nothingDelivered(t testing.TB) {
 	}
 }
 
-// waitFor polls cond until it holds.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(waitTimeout)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("%s: not within %s", what, waitTimeout)
-		}
-	}
-}
-
 // checkNoLeak checks, once the cleanups registered after it have run (those
 // of the watches it should cover), that no more goroutines run than when it
 // was called.

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
@@ -26,7 +27,7 @@ func TestWatchFollowsNotices(t *testing.T) {
 
 	w := startWatch(t, newStore(t, c, store.WithPollInterval(never)))
 	w.expect(t, 1, a.Hash())
-	waitFor(t, "the watcher subscribed", func() bool {
+	poll.Until(t, waitTimeout, "the watcher subscribed", func() bool {
 		n, err := c.PubSubNumSub(ctx, key).Result()
 		return err == nil && n[key] == 1
 	})
@@ -86,7 +87,7 @@ func TestWatchReadsOnResubscribe(t *testing.T) {
 	publish(t, newStore(t, c), a)
 	w := startWatch(t, newStore(t, c, store.WithPollInterval(never)))
 	w.expect(t, 1, a.Hash())
-	waitFor(t, "the watcher subscribed", func() bool {
+	poll.Until(t, waitTimeout, "the watcher subscribed", func() bool {
 		n, err := c.PubSubNumSub(ctx, key).Result()
 		return err == nil && n[key] == 1
 	})
@@ -199,7 +200,7 @@ func TestWatchFollowsResetToSameVersion(t *testing.T) {
 	publish(t, publisher, a)
 	w := startWatch(t, newStore(t, c, store.WithPollInterval(never)))
 	w.expect(t, 1, a.Hash())
-	waitFor(t, "the watcher subscribed", func() bool {
+	poll.Until(t, waitTimeout, "the watcher subscribed", func() bool {
 		n, err := c.PubSubNumSub(ctx, key).Result()
 		return err == nil && n[key] == 1
 	})

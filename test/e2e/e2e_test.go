@@ -43,6 +43,7 @@ import (
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
 	"github.com/quotaplane/quotaplane/controllers"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
@@ -194,12 +195,12 @@ func (c *chain) run(t *testing.T) {
 		c.apply(t, obj.DeepCopyObject().(client.Object))
 	}
 	want, _ := policy.Compile(objs)
-	eventually(t, 60*time.Second, fmt.Sprintf("all %d enforcers run the compiled samples", n), func() bool {
+	poll.Until(t, 60*time.Second, fmt.Sprintf("all %d enforcers run the compiled samples", n), func() bool {
 		p, err := c.store.Current(ctx)
 		return err == nil && p.Hash() == want.Hash() && reportedAtLeast(ctx, t, c.store, p.Version()) >= n
 	})
 	for _, e := range c.enforcers {
-		eventually(t, 10*time.Second, e.id+" is ready", func() bool { return e.get(t, "/readyz") == http.StatusOK })
+		poll.Until(t, 10*time.Second, e.id+" is ready", func() bool { return e.get(t, "/readyz") == http.StatusOK })
 	}
 
 	// 200s, and 429s that name the limit that fired, on every enforcer.
@@ -259,7 +260,7 @@ func (c *chain) run(t *testing.T) {
 
 	// The QuotaPlane's status counts the enforcers that run its version.
 	qp := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "main"}}
-	eventually(t, 10*time.Second, fmt.Sprintf("the QuotaPlane shows %d enforcers ready", n), func() bool {
+	poll.Until(t, 10*time.Second, fmt.Sprintf("the QuotaPlane shows %d enforcers ready", n), func() bool {
 		if err := c.client.Get(ctx, client.ObjectKeyFromObject(qp), qp); err != nil {
 			t.Fatal(err)
 		}
@@ -314,7 +315,7 @@ func (c *chain) edit(t *testing.T, tq *v1alpha1.TenantQuota, limit *v1alpha1.Lim
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "every enforcer reports the edit", func() bool {
+	poll.Until(t, 10*time.Second, "every enforcer reports the edit", func() bool {
 		return reportedAtLeast(ctx, t, c.store, before.Version()+1) >= len(c.enforcers)
 	})
 	return time.Since(start)
@@ -456,18 +457,4 @@ func freePort(t *testing.T) string {
 	}
 	defer l.Close()
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-// eventually polls cond every 5 ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, what)
-		}
-		<-tick.C
-	}
 }

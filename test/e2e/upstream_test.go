@@ -22,6 +22,7 @@ import (
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
 	"github.com/quotaplane/quotaplane/controllers"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
@@ -123,12 +124,12 @@ func TestUpstreamOutageEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "both enforcers run the compiled samples", func() bool {
+	poll.Until(t, 60*time.Second, "both enforcers run the compiled samples", func() bool {
 		p, err := s.Current(ctx)
 		return err == nil && p.Hash() == want.Hash() && reportedAtLeast(ctx, t, s, p.Version()) >= len(enforcers)
 	})
 	for _, e := range enforcers {
-		eventually(t, 10*time.Second, e.id+" is ready", func() bool { return e.get(t, "/readyz") == http.StatusOK })
+		poll.Until(t, 10*time.Second, e.id+" is ready", func() bool { return e.get(t, "/readyz") == http.StatusOK })
 	}
 	interval := want.Spec().ReconcileInterval
 
@@ -147,7 +148,7 @@ func TestUpstreamOutageEndToEnd(t *testing.T) {
 	if err := env.Client.Create(ctx, llm); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the manager probes llm and finds it healthy", func() bool {
+	poll.Until(t, 30*time.Second, "the manager probes llm and finds it healthy", func() bool {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(llm), llm); err != nil {
 			t.Fatal(err)
 		}

@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/poll"
 )
 
 // root is the repository's root: tests run in their package's directory.
@@ -119,7 +121,7 @@ func startEnforcer(t *testing.T) string {
 	}
 	api, admin := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
 	start(t, "enforcer", bin, nil, "-policy", plane, "-listen", api, "-admin-listen", admin, "-grpc-listen", "")
-	waitFor(t, "the enforcer's /readyz", func() bool {
+	poll.Until(t, startTimeout, "the enforcer's /readyz", func() bool {
 		resp, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
 			return false
@@ -401,7 +403,7 @@ func freePort(t *testing.T) string {
 // waitListening waits until something accepts connections at addr.
 func waitListening(t *testing.T, what, addr string) {
 	t.Helper()
-	waitFor(t, what+" listening on "+addr, func() bool {
+	poll.Until(t, startTimeout, what+" listening on "+addr, func() bool {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return false
@@ -409,19 +411,4 @@ func waitListening(t *testing.T, what, addr string) {
 		conn.Close()
 		return true
 	})
-}
-
-// waitFor polls cond every 10 ms until it holds, or fails the test after
-// startTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(startTimeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if t.Failed() || time.Now().After(deadline) {
-			t.Fatalf("no %s after %s", what, startTimeout)
-		}
-		<-tick.C
-	}
 }
