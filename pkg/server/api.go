@@ -266,46 +266,52 @@ func appendJSONFloat(b []byte, f float64) []byte {
 func appendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
+	start := 0 // s[start:i] needs no escaping: appended as one run
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			switch {
-			case r == utf8.RuneError && size == 1:
-				b = append(b, `\ufffd`...)
-			case r == '\u2028' || r == '\u2029':
-				b = append(b, `\u202`...)
-				b = append(b, hex[r&0xf])
-			default:
-				b = append(b, s[i:i+size]...)
-			}
-			i += size
+		if c < utf8.RuneSelf && c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			i++
 			continue
 		}
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c == '<' || c == '>' || c == '&':
-			switch c {
-			case '\b':
-				b = append(b, `\b`...)
-			case '\f':
-				b = append(b, `\f`...)
-			case '\n':
-				b = append(b, `\n`...)
-			case '\r':
-				b = append(b, `\r`...)
-			case '\t':
-				b = append(b, `\t`...)
-			default:
-				b = append(b, `\u00`...)
-				b = append(b, hex[c>>4], hex[c&0xf])
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r != utf8.RuneError && r != '\u2028' && r != '\u2029' || size > 1 && r == utf8.RuneError {
+				i += size // valid UTF-8 goes as it is
+				continue
 			}
+			b = append(b, s[start:i]...)
+			if r == utf8.RuneError {
+				b = append(b, `\ufffd`...)
+			} else {
+				b = append(b, `\u202`...)
+				b = append(b, hex[r&0xf])
+			}
+			i += size
+			start = i
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\b':
+			b = append(b, `\b`...)
+		case '\f':
+			b = append(b, `\f`...)
+		case '\n':
+			b = append(b, `\n`...)
+		case '\r':
+			b = append(b, `\r`...)
+		case '\t':
+			b = append(b, `\t`...)
 		default:
-			b = append(b, c)
+			b = append(b, `\u00`...)
+			b = append(b, hex[c>>4], hex[c&0xf])
 		}
 		i++
+		start = i
 	}
+	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 

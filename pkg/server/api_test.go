@@ -192,7 +192,7 @@ func TestFloodOfUnknownTenantsAndKeys(t *testing.T) {
 // every kind of character and retries from a microsecond to an hour.
 func TestWriteDecisionIsEncodingJSON(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	pieces := []string{"a", "Z", "0", "-", "\"", "\\", "<", ">", "&", "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f", "é", "€", "\u2028", "\u2029", "\xff", "\xc3", "🙂", " "}
+	pieces := []string{"a", "Z", "0", "-", "\"", "\\", "<", ">", "&", "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f", "é", "€", "\u2028", "\u2029", "\ufffd", "\xff", "\xc3", "🙂", " "}
 	text := func() string {
 		var sb strings.Builder
 		for range rng.IntN(12) {
