@@ -248,6 +248,50 @@ func TestManager(t *testing.T) {
 		}
 	})
 
+	t.Run("a plane scales only an enforcer, and no fleet past the manager's cap", func(t *testing.T) {
+		ns := namespace(t, env, "victim")
+		objs := samples(t, ns)
+		for _, o := range objs {
+			if qp, ok := o.(*v1alpha1.QuotaPlane); ok {
+				qp.Spec.Mode = v1alpha1.ModeCentral
+				qp.Spec.Enforcer = v1alpha1.EnforcerFleet{DeploymentName: "victim", MinReplicas: 200, MaxReplicas: 1000}
+			}
+		}
+		victim := deployment(t, env, ns, "victim", 1, nil) // someone else's nginx
+		create(t, env, objs)
+		plane := &v1alpha1.QuotaPlane{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "main"}}
+		var c *metav1.Condition
+		poll.Until(t, 20*time.Second, "Scaled=False, NotAnEnforcer", func() bool {
+			get(t, env, plane)
+			c = meta.FindStatusCondition(plane.Status.Conditions, ConditionScaled)
+			return c != nil && c.Reason == "NotAnEnforcer"
+		})
+		if get(t, env, victim); c.Status != metav1.ConditionFalse || *victim.Spec.Replicas != 1 || !strings.Contains(c.Message, EnforcerLabel) {
+			t.Fatalf("Scaled %s %q; victim at %d replicas; want False naming the label, and the victim left at 1", c.Status, c.Message, *victim.Spec.Replicas)
+		}
+
+		// Pointed at an enforcer, the fleet stops at the manager's cap.
+		enforcer := enforcerDeployment(t, env, ns, 1)
+		get(t, env, plane)
+		patch := client.MergeFrom(plane.DeepCopy())
+		plane.Spec.Enforcer.DeploymentName = enforcer.Name
+		if err := env.Client.Patch(ctx, plane, patch); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 20*time.Second, "the enforcer at the cap of 100", func() bool {
+			get(t, env, enforcer)
+			return *enforcer.Spec.Replicas == DefaultMaxEnforcerReplicas
+		})
+		poll.Until(t, 5*time.Second, "Scaled says the cap", func() bool {
+			get(t, env, plane)
+			c = meta.FindStatusCondition(plane.Status.Conditions, ConditionScaled)
+			return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "--max-enforcer-replicas")
+		})
+		if get(t, env, victim); *victim.Spec.Replicas != 1 {
+			t.Errorf("the victim went to %d replicas", *victim.Spec.Replicas)
+		}
+	})
+
 	// Next to last: it empties Redis under every plane.
 	t.Run("a Redis that lost its data gets the plane back, at a higher version", func(t *testing.T) {
 		ns := namespace(t, env, "flushed")
@@ -323,11 +367,18 @@ func TestManager(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// enforcerDeployment creates a Deployment named enforcer in ns with replicas.
+// enforcerDeployment creates a Deployment named enforcer in ns with
+// replicas, labelled as quotaplane's enforcer (EnforcerLabel).
 func enforcerDeployment(t *testing.T, env *testenv.Env, ns string, replicas int32) *appsv1.Deployment {
+	return deployment(t, env, ns, "enforcer", replicas, map[string]string{EnforcerLabel: "true"})
+}
+
+// deployment creates a Deployment named name in ns with replicas and
+// labels.
+func deployment(t *testing.T, env *testenv.Env, ns, name string, replicas int32, objectLabels map[string]string) *appsv1.Deployment {
 	t.Helper()
-	labels := map[string]string{"app": "enforcer"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enforcer"},
+	labels := map[string]string{"app": name}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: objectLabels},
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "enforcer", Image: "quotaplane-enforcer"}}}}}}

@@ -121,6 +121,13 @@
 // limits remain possible without spec.enforcer (the manager then scales
 // nothing).
 //
+// It scales only a Deployment labelled quotaplane.io/enforcer: "true"
+// (EnforcerLabel; reason NotAnEnforcer otherwise, nothing scaled), read
+// straight from the API server (the manager may get a named Deployment,
+// never list or cache them), and never past Options.MaxEnforcerReplicas
+// (--max-enforcer-replicas, default 100): the right to create a QuotaPlane
+// is not the right to scale the namespace's Deployments.
+//
 // # Upstreams
 //
 // Seed 004's pipeline (pkg/upstream) runs in the manager as a runnable

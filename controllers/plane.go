@@ -22,6 +22,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=apps,resources=deployments/scale,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get
 
 // ConditionScaled is the QuotaPlane condition that says whether the manager
 // sizes the enforcer Deployment.
@@ -32,12 +33,17 @@ const ConditionScaled = "Scaled"
 // enforcer fleet's size, which it sets. It runs again every interval to
 // follow the enforcers' reports.
 type planeReconciler struct {
-	client   client.Client
-	stores   *stores
-	verdicts *verdicts
-	recorder events.EventRecorder
-	scaler   *scaler
-	interval time.Duration
+	client client.Client
+	// reader reads a named Deployment straight from the API server (its
+	// enforcer label): the manager caches no Deployments and may not list
+	// them.
+	reader      client.Reader
+	maxReplicas int32 // Options.MaxEnforcerReplicas
+	stores      *stores
+	verdicts    *verdicts
+	recorder    events.EventRecorder
+	scaler      *scaler
+	interval    time.Duration
 }
 
 func (r *planeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -209,18 +215,31 @@ func setKstatus(st *v1alpha1.QuotaPlaneStatus, generation int64) {
 func (r *planeReconciler) scale(ctx context.Context, qp *v1alpha1.QuotaPlane, f policy.Enforcer, mode string, fleet fleetView, st *v1alpha1.QuotaPlaneStatus) (metav1.Condition, error) {
 	cond := metav1.Condition{Type: ConditionScaled, Status: metav1.ConditionFalse, ObservedGeneration: qp.Generation}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: qp.Namespace, Name: f.DeploymentName}}
-	var scale autoscalingv1.Scale
-	if err := r.client.SubResource("scale").Get(ctx, dep, &scale); err != nil {
+	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
 		if apierrors.IsNotFound(err) {
 			cond.Reason = "DeploymentNotFound"
 			cond.Message = fmt.Sprintf("Deployment %s/%s does not exist: create the enforcer Deployment or fix spec.enforcer.deploymentName", qp.Namespace, f.DeploymentName)
 			return cond, nil
 		}
+		cond.Reason, cond.Message = "ScaleFailed", "reading the Deployment: "+err.Error()
+		return cond, err
+	}
+	if dep.Labels[EnforcerLabel] != "true" {
+		// Whoever may create a QuotaPlane must not scale what it is not.
+		cond.Reason = "NotAnEnforcer"
+		cond.Message = fmt.Sprintf("Deployment %s/%s is not labelled %s: \"true\", so it is not scaled: name quotaplane's enforcer Deployment in spec.enforcer.deploymentName, or label it if it is one", qp.Namespace, f.DeploymentName, EnforcerLabel)
+		return cond, nil
+	}
+	var scale autoscalingv1.Scale
+	if err := r.client.SubResource("scale").Get(ctx, dep, &scale); err != nil {
 		cond.Reason, cond.Message = "ScaleFailed", "reading the Deployment's scale: "+err.Error()
 		return cond, err
 	}
-	local := mode == string(v1alpha1.ModeLocal)
 	asked := f
+	capped := f.MaxReplicas > r.maxReplicas
+	f.MaxReplicas = min(f.MaxReplicas, r.maxReplicas)
+	f.MinReplicas = min(f.MinReplicas, f.MaxReplicas)
+	local := mode == string(v1alpha1.ModeLocal)
 	if local {
 		f.MinReplicas, f.MaxReplicas = min(f.MinReplicas, 1), 1
 	}
@@ -255,5 +274,15 @@ func (r *planeReconciler) scale(ctx context.Context, qp *v1alpha1.QuotaPlane, f 
 	default:
 		cond.Message = fmt.Sprintf("%d replicas within %d..%d, sized at %d decisions/s each", want, f.MinReplicas, f.MaxReplicas, f.TargetRatePerReplica)
 	}
+	if capped && !local {
+		cond.Message += fmt.Sprintf(" (the spec asks up to %d; the manager caps every fleet at %d: --max-enforcer-replicas)", asked.MaxReplicas, r.maxReplicas)
+	}
 	return cond, nil
 }
+
+// EnforcerLabel marks a Deployment as quotaplane's enforcer: the manager
+// scales only a Deployment that carries it with the value "true".
+const EnforcerLabel = "quotaplane.io/enforcer"
+
+// DefaultMaxEnforcerReplicas is Options.MaxEnforcerReplicas's default.
+const DefaultMaxEnforcerReplicas = 100

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -45,6 +46,9 @@ type Options struct {
 	// Upstream tunes the upstream leaders (seed 004's pipeline, one per
 	// plane that has Upstreams); the zero value is the default.
 	Upstream UpstreamOptions
+	// MaxEnforcerReplicas caps every plane's enforcer fleet, whatever its
+	// spec asks. Default 100.
+	MaxEnforcerReplicas int32
 }
 
 // maxRetryDelay bounds the backoff of a failing reconcile (controller-runtime's
@@ -130,8 +134,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	for _, k := range kinds {
 		var r reconcile.Reconciler
 		if k.kind == "QuotaPlane" {
-			r = &planeReconciler{client: c, stores: st, verdicts: vs, recorder: recorder,
-				scaler: &scaler{delay: o.ScaleDownDelay}, interval: o.FleetInterval}
+			r = &planeReconciler{client: c, reader: mgr.GetAPIReader(), stores: st, verdicts: vs, recorder: recorder,
+				scaler: &scaler{delay: o.ScaleDownDelay}, interval: o.FleetInterval, maxReplicas: cmp.Or(o.MaxEnforcerReplicas, DefaultMaxEnforcerReplicas)}
 		} else {
 			r = &statusReconciler{client: c, verdicts: vs, recorder: recorder, kind: k.kind, newObject: k.object}
 		}

@@ -235,17 +235,24 @@ type Outage struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas; lower minReplicas or raise maxReplicas"
 type EnforcerFleet struct {
 	// deploymentName is the enforcer Deployment in the plane's namespace.
+	// The manager scales it only if it carries the label
+	// quotaplane.io/enforcer: "true" (the shipped manifests set it): a
+	// QuotaPlane cannot make the manager scale any other Deployment.
 	// +optional
 	DeploymentName string `json:"deploymentName,omitempty"`
 
 	// minReplicas is the fewest enforcers, at most maxReplicas. Default 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
 	MinReplicas int32 `json:"minReplicas,omitempty"`
 
-	// maxReplicas is the most enforcers. Default 10, or minReplicas when that is larger.
+	// maxReplicas is the most enforcers, 1 to 1000 (the manager caps it
+	// further with its --max-enforcer-replicas). Default 10, or minReplicas
+	// when that is larger.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
 	MaxReplicas int32 `json:"maxReplicas,omitempty"`
 
 	// targetRatePerReplica is the decision rate (per second) one enforcer should carry.

@@ -142,6 +142,7 @@ var admissionCases = []admissionCase{
 	{name: "17 tiers", kind: "QuotaPlane", spec: "{global: {rate: 1000}, tiers: " + manyTiers(17, true) + "}", field: "spec.tiers", want: "must have at most 16 items"},
 	{name: "floorPercent above 100", kind: "QuotaPlane", spec: "{global: {rate: 1000}, tiers: [{name: free, floorPercent: 101}]}", field: "spec.tiers[0].floorPercent", want: "should be less than or equal to 100"},
 	{name: "minReplicas above maxReplicas", kind: "QuotaPlane", spec: plane(", enforcer: {minReplicas: 5, maxReplicas: 2}"), field: "spec.enforcer", want: wantReplicas},
+	{name: "maxReplicas above 1000", kind: "QuotaPlane", spec: plane(", enforcer: {maxReplicas: 5000}"), field: "spec.enforcer.maxReplicas", want: "should be less than or equal to 1000"},
 	{name: "mode unknown", kind: "QuotaPlane", spec: plane(", mode: global"), field: "spec.mode", want: `supported values: "local", "central", "local-reconciled"`},
 
 	// TenantQuota. That its tier, endpoints and shards fit the plane is

@@ -49,6 +49,7 @@ func run() error {
 		fleetEvery   = flag.Duration("fleet-interval", envflag.Duration("QUOTAPLANE_FLEET_INTERVAL", 5*time.Second), "how often enforcer reports are read and fleets resized [QUOTAPLANE_FLEET_INTERVAL]")
 		scaleDown    = flag.Duration("scale-down-delay", envflag.Duration("QUOTAPLANE_SCALE_DOWN_DELAY", 5*time.Minute), "how long a lower replica count must be wanted before a fleet shrinks [QUOTAPLANE_SCALE_DOWN_DELAY]")
 		resync       = flag.Duration("resync-interval", envflag.Duration("QUOTAPLANE_RESYNC_INTERVAL", 10*time.Second), "how often every plane is compiled and published again, so that a Redis that lost its data gets it back [QUOTAPLANE_RESYNC_INTERVAL]")
+		maxFleet     = flag.Int("max-enforcer-replicas", int(envflag.Int("QUOTAPLANE_MAX_ENFORCER_REPLICAS", controllers.DefaultMaxEnforcerReplicas)), "the most replicas the manager gives any plane's enforcer Deployment, whatever the plane asks [QUOTAPLANE_MAX_ENFORCER_REPLICAS]")
 	)
 	// controller-runtime registers -kubeconfig on the default flag set.
 	flag.Parse()
@@ -59,6 +60,9 @@ func run() error {
 
 	if *redisAddr == "" {
 		return errors.New("no Redis: set -redis-addr (or QUOTAPLANE_REDIS_ADDR) to the Redis that holds the policy store")
+	}
+	if *maxFleet < 1 || *maxFleet > 1000 {
+		return fmt.Errorf("-max-enforcer-replicas %d: use 1 to 1000", *maxFleet)
 	}
 	password := os.Getenv("QUOTAPLANE_REDIS_PASSWORD")
 	if *passwordFile != "" {
@@ -87,7 +91,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("create the manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Redis: rdb, FleetInterval: *fleetEvery, ScaleDownDelay: *scaleDown, Resync: *resync}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{Redis: rdb, FleetInterval: *fleetEvery, ScaleDownDelay: *scaleDown, Resync: *resync, MaxEnforcerReplicas: int32(*maxFleet)}); err != nil {
 		return fmt.Errorf("set up the controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
