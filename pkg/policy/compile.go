@@ -21,6 +21,9 @@ const (
 	DefaultReconcileInterval = 200 * time.Millisecond
 	MinReconcileInterval     = 10 * time.Millisecond
 	DefaultMaxReplicas       = 10
+	// MaxReplicas bounds a plane's enforcer fleet (the manager caps it
+	// further).
+	MaxReplicas = 1000
 )
 
 // Problem is one thing wrong with one object: which object, which field, and
@@ -388,6 +391,9 @@ func compilePlane(qp *v1alpha1.QuotaPlane, list *[]Problem) (Spec, bool) {
 	}
 	if spec.Enforcer.MinReplicas < 0 || spec.Enforcer.MaxReplicas < spec.Enforcer.MinReplicas {
 		ps.add("spec.enforcer", "minReplicas %d and maxReplicas %d must satisfy 0 <= minReplicas <= maxReplicas", e.MinReplicas, e.MaxReplicas)
+	}
+	if e.MinReplicas > MaxReplicas || e.MaxReplicas > MaxReplicas {
+		ps.add("spec.enforcer", "minReplicas %d and maxReplicas %d must be at most %d", e.MinReplicas, e.MaxReplicas, MaxReplicas)
 	}
 	if e.TargetRatePerReplica < 0 {
 		ps.add("spec.enforcer.targetRatePerReplica", "must not be negative")
