@@ -74,8 +74,14 @@ func TestRateLimitAttribution(t *testing.T) {
 		t.Fatalf("gamma's tenant level after 100 units: %v", left)
 	}
 
-	// global: 1,000 an hour; whale's own limit is 100,000 a day.
+	// global: 1,000 an hour, of which 113 are spent above; whale's own
+	// limit is 100,000 a day. More than the global limit holds is denied
+	// there, saying it can never pass; 950 are denied as used up.
 	resp = rls(t, client, 1001, desc("tenant=whale", "endpoint=read"))
+	if h := headers(t, resp); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || h["X-Quota-Level"] != "global" || !strings.Contains(h["X-Quota-Reason"], "can never pass") {
+		t.Fatalf("1,001 units against a global limit of 1,000: %v", resp)
+	}
+	resp = rls(t, client, 950, desc("tenant=whale", "endpoint=read"))
 	expectDenied(t, resp, "global", 1000, rlsv3.RateLimitResponse_RateLimit_HOUR, 0)
 }
 

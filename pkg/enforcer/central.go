@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -296,6 +297,14 @@ func levelKey(name string, lim *policy.Limit) string {
 	return name
 }
 
+// ceiling is what the call's tenant may borrow beyond its burst.
+func (c *centralCall) ceiling() int64 {
+	if c.mayBorrow && c.snap.borrowCeiling != nil {
+		return c.snap.borrowCeiling.Burst
+	}
+	return 0
+}
+
 // decision turns the script's reply into d.
 func (c *centralCall) decision(d *Decision) {
 	r := &c.reply
@@ -308,7 +317,7 @@ func (c *centralCall) decision(d *Decision) {
 	s := c.snap
 	switch r[2] {
 	case lua.ReasonGlobal:
-		d.Reason = s.reason(reasonGlobal, s.global)
+		d.Reason = cmp.Or(neverReason(LevelGlobal, s.global, 0, c.cost), s.reason(reasonGlobal, s.global))
 	case lua.ReasonReserve:
 		d.Reason = reasonReserve
 		if c.aboveShare {
@@ -321,15 +330,15 @@ func (c *centralCall) decision(d *Decision) {
 			d.RetryAfter = min(d.RetryAfter, c.share.maxRetry)
 		}
 	case lua.ReasonTenant:
-		d.Reason = s.reason(reasonTenant, c.tenant.Limit)
+		d.Reason = cmp.Or(neverReason(LevelTenant, c.tenant.Limit, c.ceiling(), c.cost), s.reason(reasonTenant, c.tenant.Limit))
 	case lua.ReasonTenantCeiling:
-		d.Reason = s.reason(reasonTenantCeiling, c.tenant.Limit)
+		d.Reason = cmp.Or(neverReason(LevelTenant, c.tenant.Limit, c.ceiling(), c.cost), s.reason(reasonTenantCeiling, c.tenant.Limit))
 	case lua.ReasonPoolDry:
 		d.Reason = s.reason(reasonTenantPoolDry, c.tenant.Limit)
 	case lua.ReasonEndpoint:
-		d.Reason = s.reason(reasonEndpoint, c.epLim)
+		d.Reason = cmp.Or(neverReason(LevelEndpoint, c.epLim, 0, c.cost), s.reason(reasonEndpoint, c.epLim))
 	case lua.ReasonKey:
-		d.Reason = s.reason(reasonAPIKey, c.keyLim)
+		d.Reason = cmp.Or(neverReason(LevelKey, c.keyLim, 0, c.cost), s.reason(reasonAPIKey, c.keyLim))
 	default:
 		d.Reason = reasonUnknown
 	}

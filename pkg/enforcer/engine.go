@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -385,6 +386,9 @@ func (e *Engine) checkBackend(p *policy.Policy) error {
 // installLocalLocked makes p the snapshot the engine's own state enforces.
 func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 	s := newSnapshot(p)
+	if whole := e.policy.Load(); whole != nil {
+		s.planeGlobal = &whole.Spec().Global // p may hold this node's share of it
+	}
 	if e.reconciler != nil && p.Spec().Mode == "local-reconciled" {
 		nodes := max(e.central.fleet.nodes.Load(), 1)
 		s.reconciled, s.part = true, 1/float64(nodes)
@@ -796,7 +800,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		case reserveDenied:
 			d.Reason = reasonShareReserve
 		case !globalOK:
-			d.Reason = snap.reason(reasonGlobal, snap.global)
+			d.Reason = cmp.Or(neverReason(LevelGlobal, snap.planeGlobal, 0, cost), snap.reason(reasonGlobal, snap.global))
 		default:
 			d.Reason = reasonShare
 		}
@@ -810,6 +814,16 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		e.fair.globalDenials.Add(1)
 	default:
 		d.Level, d.Bound, d.Reason = lower, lower, lowerReason
+		if lowerLim.lim != nil {
+			// The limit this decision applies: the plane's, but while mode
+			// central degrades the node's share of it, which is what holds
+			// while it does.
+			var extra int64 // what a soft tenant may borrow beyond its burst
+			if lower == LevelTenant && ts.rec.mayBorrow && snap.borrowCeiling != nil {
+				extra = snap.borrowCeiling.Burst
+			}
+			d.Reason = cmp.Or(neverReason(lower, lowerLim.lim, extra, cost), d.Reason)
+		}
 		wait := lowerLim.retryAfterUs(cost, now)
 		if pool.active() {
 			wait = borrowWaitUs(&ts.limit, ts.allowance, &pool, cost, now, wait)

@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/poll"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
 // Regression tests for bugs a review found; each failed before its fix.
@@ -275,5 +277,59 @@ spec: {size: 1000, refillRate: 100, perTenantCeiling: 5}
 	}
 	if ok := mustDecide(t, e, at(d.RetryAfter), Request{Tenant: "t", Units: 3}); !ok.Allow || ok.Borrowed != 3 {
 		t.Errorf("at RetryAfter: %+v; want allowed with a loan of 3", ok)
+	}
+}
+
+// TestRequestThatCanNeverPassSaysSo: a request that costs more than one of
+// its limits can ever hold (X-Quota-Units: 1000000 on an export) was
+// denied with the reason that the whole plane was at capacity, though it
+// was idle, and a Retry-After that sends the client back in vain. The
+// denial names the level it can never pass and says so, in mode local and
+// central alike; a request that is merely over what is left still reads
+// "used up".
+func TestRequestThatCanNeverPassSaysSo(t *testing.T) {
+	srv := redistest.Start(t)
+	plane := planeHeader + `
+  global: {rate: 1000, burst: 2000}
+  tiers: [{name: std, weight: 1, tenant: {rate: 100, burst: 300}, key: {rate: 50, burst: 200}}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: export}
+spec: {endpoint: export, cost: 50, limit: {rate: 100, period: 5m, algorithm: slidingWindow}}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: read}
+spec: {endpoint: read, cost: 1}
+`
+	for _, mode := range []string{"local", "central"} {
+		t.Run(mode, func(t *testing.T) {
+			var opts []Option
+			if mode == "central" {
+				opts = append(opts, WithRedis(srv.Client()), WithNodeID("n1"))
+			}
+			e := newEngine(t, policytest.Compile(t, withMode(plane, mode)), opts...)
+			for _, tc := range []struct {
+				r     Request
+				level Level
+				want  string
+			}{
+				{Request{Tenant: "a", Endpoint: "export", Units: 1_000_000}, LevelGlobal, "the global limit holds at most 2000: it can never pass"},
+				{Request{Tenant: "b", Endpoint: "read", Units: 301}, LevelTenant, "the tenant limit holds at most 300: it can never pass"},
+				{Request{Tenant: "c", Endpoint: "export", Units: 3}, LevelEndpoint, "the endpoint limit holds at most 100: it can never pass"},
+				{Request{Tenant: "d", Endpoint: "read", APIKey: "k", Units: 201}, LevelKey, "the key limit holds at most 200: it can never pass"},
+			} {
+				d, err := e.DecideAt(epoch, tc.r)
+				if err != nil || d.Allow || d.Level != tc.level || !strings.Contains(d.Reason, tc.want) {
+					t.Errorf("%+v: %+v, %v; want a denial at %s saying %q", tc.r, d, err, tc.level, tc.want)
+				}
+			}
+			// Over what is left, not over what the limit holds: used up.
+			mustDecide(t, e, epoch, Request{Tenant: "e", Endpoint: "read", Units: 300})
+			if d := mustDecide(t, e, epoch, Request{Tenant: "e", Endpoint: "read", Units: 1}); d.Allow || strings.Contains(d.Reason, "never") {
+				t.Errorf("a request over what is left: %+v; want a denial that does not say never", d)
+			}
+		})
 	}
 }

@@ -74,7 +74,10 @@ type snapshot struct {
 	smallCost int64
 	minCost   int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
 
-	global        *policy.Limit
+	global *policy.Limit
+	// planeGlobal is the plane's whole global limit: global itself but in
+	// the distributed modes, whose own snapshot holds the node's share.
+	planeGlobal   *policy.Limit
 	globalPerSec  float64       // the global limit's refill rate in tokens per second
 	pool          *policy.Limit // the burst pool as a bucket; nil without a pool
 	borrowCeiling *policy.Limit // a tenant's borrow allowance: ceiling, repaid at the pool's refill rate
@@ -162,6 +165,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		part:          1,
 		smallCost:     math.MaxInt64,
 		global:        &spec.Global,
+		planeGlobal:   &spec.Global,
 		tierRank:      make(map[string]int, len(spec.Tiers)),
 		reasons:       map[reasonKey]string{},
 	}
@@ -230,6 +234,21 @@ var reasonFormats = [...]string{
 
 // addReason precomputes the denial reasons that mention lim, so that a
 // denial builds no string.
+// neverReason is the reason of a denial at level for a request of cost
+// that the level's limit lim (the plane's whole limit; extra, what a soft
+// tenant may borrow beyond its burst) can never hold, "" when it can some
+// day. Such a request waits in vain: "used up" would send its client back
+// after Retry-After for nothing.
+func neverReason(level Level, lim *policy.Limit, extra, cost int64) string {
+	if lim == nil {
+		return ""
+	}
+	if c := capacityOf(lim) + extra; cost > c {
+		return fmt.Sprintf("the request costs %d tokens and the %s limit holds at most %d: it can never pass; send fewer units", cost, level, c)
+	}
+	return ""
+}
+
 func (s *snapshot) addReason(kind reasonKind, lim *policy.Limit) {
 	if lim == nil {
 		return
