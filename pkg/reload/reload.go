@@ -75,7 +75,8 @@ func (l *Loader) Apply(p *policy.Policy) (bool, error) {
 	case l.applied <- struct{}{}:
 	default:
 	}
-	l.log.Info("policy loaded", "plane", p.ID(), "version", p.Version(), "hash", p.Hash()[:12], "mode", p.Spec().Mode)
+	// The mode in force, the overrides applied: what the enforcer does.
+	l.log.Info("policy loaded", "plane", p.ID(), "version", p.Version(), "hash", p.Hash()[:12], "mode", q.Spec().Mode)
 	return true, nil
 }
 

@@ -264,3 +264,23 @@ func TestWatchDirNeedsNoPoll(t *testing.T) {
 		t.Fatalf("version %d after the edit, want 2 or more", v)
 	}
 }
+
+// TestLoadLogNamesTheModeInForce: the "policy loaded" line named the mode
+// the policy's file says, not the -mode override the enforcer runs.
+func TestLoadLogNamesTheModeInForce(t *testing.T) {
+	srv := redistest.Start(t)
+	p := policytest.Compile(t, plane(5)) // mode local
+	e, err := enforcer.New(p, enforcer.WithRedis(srv.Client()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var out strings.Builder
+	l := New(e, policy.Overrides{Mode: "central"}, newLoads(), slog.New(slog.NewJSONHandler(&out, nil)), nil)
+	if _, err := l.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"mode":"central"`) {
+		t.Fatalf("log %s; want the mode in force, central", out.String())
+	}
+}
