@@ -553,6 +553,46 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
+// TestSIGTERMDrains: on SIGTERM the enforcer fails readiness at once and
+// keeps deciding for the drain (-drain), then exits 0. It used to exit
+// 10–23 ms after SIGTERM with /readyz still 200, so clients behind a
+// Service got refused connections.
+func TestSIGTERMDrains(t *testing.T) {
+	const drain = 1500 * time.Millisecond
+	p := startEnforcer(t, writePlane(t, planeYAML("", "")), "-drain", drain.String())
+	get := func(url string, headers map[string]string, method string) int {
+		req, _ := http.NewRequest(method, url, nil)
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	sent := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("/readyz to answer 503", func() bool { return get("http://"+p.adminAddr+"/readyz", nil, "GET") == http.StatusServiceUnavailable })
+	if failed := time.Since(sent); failed > drain/2 {
+		t.Errorf("readiness failed %s after SIGTERM; want at once", failed)
+	}
+	if code := get("http://"+p.apiAddr+"/api/read", map[string]string{"X-Tenant": "acme", "X-Api-Key": "k1"}, "POST"); code != http.StatusOK {
+		t.Errorf("a decision during the drain: status %d; want 200", code)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the enforcer did not stop within 20 s of SIGTERM")
+	}
+	if took := time.Since(sent); took < drain || p.cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("exited %s after SIGTERM with status %d; want after the %s drain, status 0", took, p.cmd.ProcessState.ExitCode(), drain)
+	}
+}
+
 // TestGRPCDisabled: -grpc-listen "" serves no gRPC; the API still decides.
 func TestGRPCDisabled(t *testing.T) {
 	p := startEnforcer(t, writePlane(t, planeYAML("", "")), "-grpc-listen", "")

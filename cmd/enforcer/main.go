@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -83,6 +84,8 @@ func run() error {
 		"the container's memory limit, bytes (the manifests set it from limits.memory): the Go memory limit is set to 90% of it, and the state caps are sized to it (enforcer.StateBounds) [QUOTAPLANE_MEMORY_LIMIT]")
 	maxTenants := flag.Int("max-tenants", int(envflag.Int("QUOTAPLANE_MAX_TENANTS", 0)),
 		"tenants the policy does not name that keep a state of their own; beyond it they share one (default: sized to -memory-limit, else 50,000) [QUOTAPLANE_MAX_TENANTS]")
+	drain := flag.Duration("drain", envflag.Duration("QUOTAPLANE_DRAIN", 5*time.Second),
+		"on SIGTERM, how long /readyz answers 503 while the listeners keep serving, before they stop: time for Services and gateways to stop sending [QUOTAPLANE_DRAIN]")
 	maxKeys := flag.Int("max-keys", int(envflag.Int("QUOTAPLANE_MAX_KEYS", 0)),
 		"api keys that keep a state of their own across all tenants (default: sized to -memory-limit, else 200,000) [QUOTAPLANE_MAX_KEYS]")
 	flag.Parse()
@@ -90,6 +93,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	terms := make(chan os.Signal, 1) // SIGTERM (Kubernetes stopping the pod) drains first
+	signal.Notify(terms, syscall.SIGTERM)
+	var draining atomic.Bool
 	redisLatency := server.RedisLatency()
 	opts := []enforcer.Option{enforcer.WithRedisObserver(func(d time.Duration) { redisLatency.Observe(d.Seconds()) })}
 	if *memoryLimit > 0 {
@@ -224,7 +230,8 @@ func run() error {
 	if policies != nil {
 		adminOpts = append(adminOpts, server.WithFleet(policies)) // the fleet's reports, in /quota/debug
 	}
-	adminHandler.Set(server.NewAdmin(engine, metrics, loader.Ready, adminOpts...))
+	ready := func() bool { return !draining.Load() && loader.Ready() }
+	adminHandler.Set(server.NewAdmin(engine, metrics, ready, adminOpts...))
 	if gw != nil {
 		gw.SetEngine(engine, metrics.Observe)
 	}
@@ -234,8 +241,22 @@ func run() error {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		return nil
 	}
+	select {
+	case <-terms:
+		// Readiness fails first; the listeners keep answering while the
+		// endpoints that route here are updated; then the deferred
+		// shutdown lets in-flight requests finish.
+		draining.Store(true)
+		slog.Info("draining: /readyz answers 503, the listeners keep serving", "for", drain.String())
+		select {
+		case <-time.After(*drain):
+		case err := <-errc:
+			return err
+		}
+	default: // an interrupt: stop now
+	}
+	return nil
 }
 
 // firstFromStore waits for the plane's first published policy, trying

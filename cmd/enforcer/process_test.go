@@ -94,7 +94,8 @@ func startEnforcer(t *testing.T, dir string, extra ...string) *process {
 func startEnforcerEnv(t *testing.T, dir string, env []string, extra ...string) *process {
 	t.Helper()
 	p := &process{t: t, exited: make(chan struct{}), apiAddr: freeAddr(t), adminAddr: freeAddr(t), grpcAddr: freeAddr(t)}
-	args := []string{"-listen", p.apiAddr, "-admin-listen", p.adminAddr, "-grpc-listen", p.grpcAddr}
+	// No drain unless a test asks: the cleanup's SIGTERM stops at once.
+	args := []string{"-listen", p.apiAddr, "-admin-listen", p.adminAddr, "-grpc-listen", p.grpcAddr, "-drain", "0s"}
 	if dir != "" {
 		args = append(args, "-policy", dir, "-reload-interval", "1h")
 	}
