@@ -110,7 +110,7 @@ func localChain(t *testing.T) *chain {
 	for i := range 2 {
 		e := &enforcerNode{id: "e2e-enforcer-" + strconv.Itoa(i), api: "127.0.0.1:" + freePort(t), admin: "127.0.0.1:" + freePort(t)}
 		c.processes = append(c.processes, start(t, bins["enforcer"], []string{redisEnv},
-			"-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin, "-grpc-listen", "127.0.0.1:0"))
+			"-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin, "-grpc-listen", "127.0.0.1:0", "-drain", "0s"))
 		c.enforcers = append(c.enforcers, e)
 	}
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

@@ -101,7 +101,7 @@ func TestUpstreamOutageEndToEnd(t *testing.T) {
 	var enforcers []*enforcerNode
 	for i := range 2 {
 		e := &enforcerNode{id: "e2e-upstream-enforcer-" + strconv.Itoa(i), api: "127.0.0.1:" + freePort(t), admin: "127.0.0.1:" + freePort(t)}
-		start(t, bins["enforcer"], nil, "-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin, "-grpc-listen", "127.0.0.1:0")
+		start(t, bins["enforcer"], nil, "-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin, "-grpc-listen", "127.0.0.1:0", "-drain", "0s")
 		enforcers = append(enforcers, e)
 	}
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

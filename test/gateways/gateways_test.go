@@ -120,7 +120,7 @@ func startEnforcer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	api, admin := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
-	start(t, "enforcer", bin, nil, "-policy", plane, "-listen", api, "-admin-listen", admin, "-grpc-listen", "")
+	start(t, "enforcer", bin, nil, "-policy", plane, "-listen", api, "-admin-listen", admin, "-grpc-listen", "", "-drain", "0s")
 	poll.Until(t, startTimeout, "the enforcer's /readyz", func() bool {
 		resp, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
