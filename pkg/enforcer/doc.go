@@ -211,8 +211,9 @@
 // forgetting it never changes a decision; the number of such tenants and of
 // keys per tenant is bounded, beyond which newcomers share one state. A
 // tenant's state holds only what is its own: its buckets (an endpoint's only
-// where it has a limit there, the borrow allowance only if it may borrow),
-// its first api key's state beside it (a map only from the second), its
+// where it has a limit there, the borrow allowance only on a plane with a
+// burst pool), its first api key's state beside it (a map only from the
+// second), its
 // counters, and a pointer to what the policy says of it, resolved once per
 // policy version for each named tenant and each tier's unknown tenants
 // (tenantRecord). About 580 bytes a tenant, 740 with one api key

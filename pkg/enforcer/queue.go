@@ -15,13 +15,14 @@ import (
 // 429 at once: it waits, up to the queue wait (withQueueWait), for global
 // capacity, and waiting requests are served in the order of the mode's
 // discipline — weighted fair queueing by virtual finish tag, or deficit round
-// robin — with the flow weight tier weight × tenant weight. A dispatcher
+// robin — with the flow weight the allocation shares by (flowWeight). A
+// dispatcher
 // goroutine admits the next waiter whenever the global bucket can cover it,
 // re-checking every level, so a queued request is decided exactly as a new
 // one would be except for the fair-share pacing the queue replaces. A
 // request that times out, or whose context ends, gets its original denial.
 // DecideAt never waits: it is the fluid form, where every fair mode paces
-// each tenant at its hierarchical max-min share.
+// each tenant at its weighted max-min share.
 //
 // The order is the discipline's own (pkg/scheduler, one implementation of
 // each): with wfq a waiter of cost c and flow weight w gets the finish tag
@@ -172,10 +173,16 @@ func (e *Engine) wait(ctx context.Context, snap *snapshot, r Request, d Decision
 	return got, nil
 }
 
-// flowWeight is a waiter's weight in the discipline: its tier's weight
-// times its own (a tenant the policy does not name has weight 1 in its tier).
+// flowWeight is a waiter's weight in the discipline, the weight the
+// plane's allocation shares by: shareBy tenant, the tenant's own (its
+// tier's for a tenant the policy does not name); shareBy tier, its tier's
+// weight times its own (a tenant the policy does not name has weight 1 in
+// its tier).
 func flowWeight(snap *snapshot, r Request) float64 {
 	rec, known := snap.recordOf(r.Tenant, r.Tier)
+	if snap.shareByTenant {
+		return float64(max(rec.tenant.Weight, 1))
+	}
 	weight := int64(1)
 	if known {
 		weight = rec.tenant.Weight

@@ -20,7 +20,8 @@ import (
 // with a FIFO queue as the negative control that must fail every check.
 
 // orderPlane has a global limit of 1000 tokens/s, tiers of weight 4 and 1 and
-// tenants of weights 1 and 2 in them (flow weights 1, 2, 4 and 8), endpoints
+// tenants of weights 1 and 2 in them, shared by tier (flow weights 1, 2, 4
+// and 8; by tenant they would be the tenants' own), endpoints
 // of costs 1, 2 and 4, and no limit below global. The weights are powers of
 // two, so that every finish tag is exact in floating point and a tie is a
 // tie (WFQ breaks it by arrival): with weights such as 3, tags equal as
@@ -29,6 +30,7 @@ import (
 const orderPlane = planeHeader + `
   global: {rate: 1000, burst: 1000}
   fairness: %s
+  shareBy: tier
   defaultTier: free
   tiers:
     - {name: gold, weight: 4}

@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,5 +121,50 @@ func TestCloseAnswersWaiters(t *testing.T) {
 	}
 	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "read"}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Decide after Close = %v; want ErrClosed", err)
+	}
+}
+
+// TestQueueWeightIsTheAllocations: under shareBy tenant (the default) the
+// allocation weighs each tenant by its own weight, but the wfq and drr
+// queue multiplied it by its tier's, so Decide, queueing, served a gold
+// tenant 4:1 against a free one while DecideAt paced them 1:1. (Review
+// of the shareBy change.)
+func TestQueueWeightIsTheAllocations(t *testing.T) {
+	p := policytest.Compile(t, planeHeader+`  global: {rate: 100, burst: 100}
+  fairness: wfq
+  tiers:
+    - {name: gold, weight: 4}
+    - {name: free, weight: 1}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: g}
+spec: {tenant: g, tier: gold, weight: 1}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: f}
+spec: {tenant: f, tier: free, weight: 1}
+`)
+	snap := newSnapshot(p)
+	if !snap.shareByTenant {
+		t.Fatal("default shareBy is not tenant")
+	}
+	// The fluid allocation: both want 100 of 100.
+	var f fairness
+	rg, _ := snap.recordOf("g", "")
+	rf, _ := snap.recordOf("f", "")
+	f.demands = []float64{100, 100}
+	f.weights = []float64{float64(rg.tenant.Weight), float64(rf.tenant.Weight)}
+	f.ranks = []int{rg.tierRank, rf.tierRank}
+	f.caps = []float64{math.Inf(1), math.Inf(1)}
+	f.allocate(snap, 100, 1, 1)
+	lg := math.Float64frombits(f.levelBits[rg.tierRank].Load()) * f.weights[0]
+	lf := math.Float64frombits(f.levelBits[rf.tierRank].Load()) * f.weights[1]
+	t.Logf("fluid shares: g %.1f, f %.1f (ratio %.2f)", lg, lf, lg/lf)
+	wg, wf := flowWeight(snap, Request{Tenant: "g"}), flowWeight(snap, Request{Tenant: "f"})
+	t.Logf("queue flow weights: g %.0f, f %.0f (ratio %.2f)", wg, wf, wg/wf)
+	if math.Abs(wg/wf-lg/lf) > 1e-9 {
+		t.Errorf("queue serves g:f at %.2f, the allocation at %.2f", wg/wf, lg/lf)
 	}
 }

@@ -333,3 +333,51 @@ spec: {endpoint: read, cost: 1}
 		})
 	}
 }
+
+// TestBorrowingDoesNotDependOnPastEligibility: two tenants that never
+// borrowed must get the same answer under the same policy. The borrow
+// allowance was kept only for tenants that a policy once let borrow, so
+// after a ceiling was lowered and raised again one of two such tenants was
+// told it owed the pool its ceiling and the other borrowed. (Review of the
+// tenant state change.)
+func TestBorrowingDoesNotDependOnPastEligibility(t *testing.T) {
+	plane := func(ceiling int, tiers string) *policy.Policy {
+		return policytest.Compile(t, planeHeader+`
+  global: {rate: 1000000, burst: 1000000}
+  tiers:
+    - {name: ta, weight: 3, tenant: {rate: 10, burst: 10, period: 1h}}
+    - {name: tb, weight: 2, tenant: {rate: 10, burst: 10, period: 1h}}
+    - {name: tc, weight: 1, tenant: {rate: 10, burst: 10, period: 1h}}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: BurstPool
+metadata: {name: pool}
+spec: {size: 1000, refillRate: 1, perTenantCeiling: `+sprintf("%d", ceiling)+`, tiers: `+tiers+`}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: tx}
+spec: {tenant: tx, tier: ta}
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: ty}
+spec: {tenant: ty, tier: tb}
+`)
+	}
+	e := newEngine(t, plane(21, "[ta]"))
+	for _, tenant := range []string{"tx", "ty"} {
+		mustDecide(t, e, at(0), Request{Tenant: tenant, Units: 10})
+	}
+	if err := e.SetPolicyAt(at(time.Second), plane(6, "[tc]")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetPolicyAt(at(2*time.Second), plane(21, "[ta, tb]")); err != nil {
+		t.Fatal(err)
+	}
+	dx := mustDecide(t, e, at(3*time.Second), Request{Tenant: "tx", Units: 10})
+	dy := mustDecide(t, e, at(3*time.Second), Request{Tenant: "ty", Units: 10})
+	if dx.Allow != dy.Allow || dx.Reason != dy.Reason {
+		t.Fatalf("tx %+v, ty %+v: two tenants that never borrowed, told apart", dx, dy)
+	}
+}

@@ -40,8 +40,8 @@ type tenantState struct {
 
 	share shareBucket
 	// allowance is the borrow allowance (PerTenantCeiling, repaid at the
-	// pool's refill rate) of a tenant that may borrow, or once could (its
-	// debt stays); nil for one that never could.
+	// pool's refill rate) of a tenant of a plane with a burst pool, or one
+	// that had one; nil for one that never had.
 	allowance *limiter
 	// trace holds the tenant's last decisions from its first one (a tenant
 	// the policy names) or its first denial (one it does not: most of a
@@ -127,7 +127,12 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 	ts.lastKey, ts.lastKeyState = "", nil // the key's state may change below (overflow, deletion)
 	ts.limit.change(t.Limit, now)
 	ts.limit.fit(snap, now)
-	if ts.allowance == nil && ts.rec.mayBorrow {
+	if ts.allowance == nil && snap.borrowCeiling != nil {
+		// Every tenant of a plane with a pool, whether it may borrow or
+		// not: its allowance follows every ceiling the plane has had, as
+		// a tenant's own bucket follows its limit, so that two tenants
+		// that never borrowed are never told apart by which tiers a past
+		// policy let borrow.
 		ts.allowance = new(limiter)
 	}
 	if ts.allowance != nil {
