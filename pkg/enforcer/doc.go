@@ -213,10 +213,9 @@
 // tenant's state holds only what is its own: its buckets (an endpoint's only
 // where it has a limit there, the borrow allowance only on a plane with a
 // burst pool), its first api key's state beside it (a map only from the
-// second), its
-// counters, and a pointer to what the policy says of it, resolved once per
-// policy version for each named tenant and each tier's unknown tenants
-// (tenantRecord). About 580 bytes a tenant, 740 with one api key
+// second), its counters, and a pointer to what the policy says of it,
+// resolved once per policy version for each named tenant and each tier's
+// unknown tenants (tenantRecord). About 580 bytes a tenant, 740 with one api key
 // (BenchmarkTenantMemory). Each tenant keeps a trace of its last TraceLength
 // decisions (api keys as their short hash) for the debug view
 // (TenantStatusAt): from its first decision for a tenant the policy names,
