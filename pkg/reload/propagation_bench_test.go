@@ -10,6 +10,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
@@ -86,12 +87,7 @@ spec: {endpoint: read, cost: 1}
 					b.Fatal(err)
 				}
 				for _, e := range engines {
-					for e.Policy().Version() != v {
-						if time.Since(start) > time.Minute {
-							b.Fatalf("version %d not loaded after a minute", v)
-						}
-						time.Sleep(time.Millisecond)
-					}
+					poll.Until(b, time.Minute, fmt.Sprintf("both enforcers to run version %d", v), func() bool { return e.Policy().Version() == v })
 				}
 				total += time.Since(start)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/upstream"
 )
@@ -35,10 +36,8 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 	}
 	api := NewAPI(e, nil)
 	free := map[string]string{HeaderTenant: "free-trial", HeaderAPIKey: "k1"}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(e.UpstreamStatus()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // the enforcer reads the plan each reconcile interval
-	}
+	// The enforcer reads the plan each reconcile interval.
+	poll.Until(t, 5*time.Second, "the enforcer to hold the plan", func() bool { return len(e.UpstreamStatus()) > 0 })
 	rec := post(api, "/api/export", free, "")
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("free tenant on export in phase 1: %d %s, want 503", rec.Code, rec.Body)
@@ -110,23 +109,18 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 			t.Errorf("report %s: %d %s, want %d", body, rec.Code, rec.Body, want)
 		}
 	}
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		raw, err := srv.Client().LRange(context.Background(), upstream.ReportsKey(p.ID(), "llm"), 0, -1).Result()
-		if err == nil && len(raw) == 1 {
-			var r upstream.Report
-			if err := json.Unmarshal([]byte(raw[0]), &r); err != nil {
-				t.Fatal(err)
-			}
-			if r.N != 4 || r.Errors != 1 || len(r.LatenciesMs) != 4 || r.Remaining != 5 || r.Limit != 100 || r.Node != "n1" {
-				t.Errorf("forwarded report %+v, want 4 calls, 1 error, 4 latencies, 5 of 100 remaining, node n1", r)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no report reached Redis: %v %v", raw, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var raw []string
+	poll.Until(t, 5*time.Second, "the report to reach Redis", func() bool {
+		var err error
+		raw, err = srv.Client().LRange(context.Background(), upstream.ReportsKey(p.ID(), "llm"), 0, -1).Result()
+		return err == nil && len(raw) == 1
+	})
+	var r upstream.Report
+	if err := json.Unmarshal([]byte(raw[0]), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.N != 4 || r.Errors != 1 || len(r.LatenciesMs) != 4 || r.Remaining != 5 || r.Limit != 100 || r.Node != "n1" {
+		t.Errorf("forwarded report %+v, want 4 calls, 1 error, 4 latencies, 5 of 100 remaining, node n1", r)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/poll"
 )
 
 // TestNotifierSignsAndRetries: a receiver that fails twice gets the notice
@@ -38,10 +40,7 @@ func TestNotifierSignsAndRetries(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the notice never arrived")
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for sent, _, _ := n.Stats(); sent != 1 && time.Now().Before(deadline); sent, _, _ = n.Stats() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 2*time.Second, "the notice to count as sent", func() bool { sent, _, _ := n.Stats(); return sent == 1 })
 	if sent, dropped, failed := n.Stats(); sent != 1 || dropped != 0 || failed != 0 || calls.Load() != 3 {
 		t.Errorf("sent %d dropped %d failed %d after %d calls, want 1 0 0 after 3", sent, dropped, failed, calls.Load())
 	}

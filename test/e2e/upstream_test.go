@@ -171,6 +171,9 @@ func TestUpstreamOutageEndToEnd(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, e := range enforcers {
 		wg.Go(func() {
+			// Not poll.Until: this goroutine must not end the test.
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
 			deadline := time.Now().Add(30 * time.Second)
 			for time.Now().Before(deadline) {
 				// While llm is Degraded the free tier is still low, and
@@ -182,7 +185,7 @@ func TestUpstreamOutageEndToEnd(t *testing.T) {
 					}
 					return
 				}
-				time.Sleep(5 * time.Millisecond)
+				<-tick.C
 			}
 		})
 	}
