@@ -28,6 +28,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/controllers"
 	"github.com/quotaplane/quotaplane/pkg/envflag"
+	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
 func main() {
@@ -61,8 +62,8 @@ func run() error {
 	if *redisAddr == "" {
 		return errors.New("no Redis: set -redis-addr (or QUOTAPLANE_REDIS_ADDR) to the Redis that holds the policy store")
 	}
-	if *maxFleet < 1 || *maxFleet > 1000 {
-		return fmt.Errorf("-max-enforcer-replicas %d: use 1 to 1000", *maxFleet)
+	if *maxFleet < 1 || *maxFleet > policy.MaxReplicas {
+		return fmt.Errorf("-max-enforcer-replicas %d: use 1 to %d", *maxFleet, policy.MaxReplicas)
 	}
 	password := os.Getenv("QUOTAPLANE_REDIS_PASSWORD")
 	if *passwordFile != "" {

@@ -174,7 +174,7 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	}
 	if err == nil {
 		call.decision(d)
-		b.record(call, r, d)
+		b.record(call, r, d, true)
 		return nil
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -248,28 +248,23 @@ func lengthPrefixed(s string) string { return strconv.Itoa(len(s)) + ":" + s }
 
 // record counts a decision Redis made in the tenant's state on this node
 // and writes it to the tenant's trace, for the debug view: as a decision
-// of the engine's own does (the failure mode's are).
-func (b *central) record(c *centralCall, r *Request, d *Decision) {
-	ts, known := b.state(r)
-	defer ts.mu.Unlock()
-	ts.known = known
-	ts.lastSeen = b.e.clock()
-	b.countDemandLocked(ts, d)
-	ts.recordLocked(ts.lastSeen, d, r.APIKey, c.endpoint)
-}
-
-// state is r's tenant's state on this node, locked, and whether the policy
-// names the tenant: in mode central the state holds no limits (it is never
-// moved to a snapshot), only what the node counts and traces.
-func (b *central) state(r *Request) (ts *tenantState, known bool) {
+// of the engine's own does (the failure mode's are). groupAllowed says
+// whether the request's group was admitted (recordGroupLocked); a request
+// alone is its own group. In mode central the state holds no limits (it
+// is never moved to a snapshot), only what the node counts and traces.
+func (b *central) record(c *centralCall, r *Request, d *Decision, groupAllowed bool) {
 	e := b.e
 	local := e.snap.Load()
-	ts, known = local.known[r.Tenant], true
+	ts, known := local.known[r.Tenant], true
 	if ts == nil {
 		ts, known = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(local.known)), false
 	}
 	ts.mu.Lock()
-	return ts, known
+	defer ts.mu.Unlock()
+	ts.known = known
+	ts.lastSeen = e.clock()
+	b.countDemandLocked(ts, d)
+	ts.recordGroupLocked(ts.lastSeen, d, r.APIKey, c.endpoint, groupAllowed)
 }
 
 // countDemandLocked counts a decision Redis made as the tenant's demand on
@@ -297,14 +292,6 @@ func levelKey(name string, lim *policy.Limit) string {
 	return name
 }
 
-// ceiling is what the call's tenant may borrow beyond its burst.
-func (c *centralCall) ceiling() int64 {
-	if c.mayBorrow && c.snap.borrowCeiling != nil {
-		return c.snap.borrowCeiling.Burst
-	}
-	return 0
-}
-
 // decision turns the script's reply into d.
 func (c *centralCall) decision(d *Decision) {
 	r := &c.reply
@@ -330,9 +317,9 @@ func (c *centralCall) decision(d *Decision) {
 			d.RetryAfter = min(d.RetryAfter, c.share.maxRetry)
 		}
 	case lua.ReasonTenant:
-		d.Reason = cmp.Or(neverReason(LevelTenant, c.tenant.Limit, c.ceiling(), c.cost), s.reason(reasonTenant, c.tenant.Limit))
+		d.Reason = cmp.Or(neverReason(LevelTenant, c.tenant.Limit, s.borrowExtra(c.mayBorrow), c.cost), s.reason(reasonTenant, c.tenant.Limit))
 	case lua.ReasonTenantCeiling:
-		d.Reason = cmp.Or(neverReason(LevelTenant, c.tenant.Limit, c.ceiling(), c.cost), s.reason(reasonTenantCeiling, c.tenant.Limit))
+		d.Reason = cmp.Or(neverReason(LevelTenant, c.tenant.Limit, s.borrowExtra(c.mayBorrow), c.cost), s.reason(reasonTenantCeiling, c.tenant.Limit))
 	case lua.ReasonPoolDry:
 		d.Reason = s.reason(reasonTenantPoolDry, c.tenant.Limit)
 	case lua.ReasonEndpoint:

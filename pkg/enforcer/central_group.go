@@ -51,7 +51,7 @@ func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs [
 			allowed = allowed && ds[i].Allow
 		}
 		for i, c := range calls {
-			b.recordGroup(c, &rs[i], &ds[i], allowed)
+			b.record(c, &rs[i], &ds[i], allowed)
 		}
 		return allowed, nil
 	}
@@ -59,16 +59,6 @@ func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs [
 		return false, ctxErr
 	}
 	return b.failAll(calls, now, rs, ds, journal)
-}
-
-// recordGroup is record for a request of a group (recordGroupLocked).
-func (b *central) recordGroup(c *centralCall, r *Request, d *Decision, groupAllowed bool) {
-	ts, known := b.state(r)
-	defer ts.mu.Unlock()
-	ts.known = known
-	ts.lastSeen = b.e.clock()
-	b.countDemandLocked(ts, d)
-	ts.recordGroupLocked(ts.lastSeen, d, r.APIKey, c.endpoint, groupAllowed)
 }
 
 // failAll decides a group while Redis cannot, by the plane's failureMode,

@@ -818,9 +818,9 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			// The limit this decision applies: the plane's, but while mode
 			// central degrades the node's share of it, which is what holds
 			// while it does.
-			var extra int64 // what a soft tenant may borrow beyond its burst
-			if lower == LevelTenant && ts.rec.mayBorrow && snap.borrowCeiling != nil {
-				extra = snap.borrowCeiling.Burst
+			var extra int64
+			if lower == LevelTenant {
+				extra = snap.borrowExtra(ts.rec.mayBorrow)
 			}
 			d.Reason = cmp.Or(neverReason(lower, lowerLim.lim, extra, cost), d.Reason)
 		}

@@ -16,9 +16,10 @@ import (
 // among all the tenants by their weights (the plane's shareBy tenant, the
 // default), or hierarchically (shareBy tier), first among tiers by their
 // weights and floors (among tiers that want more than their share, the
-// lower-weight one is cut more), then within each tier among its tenants. It runs as a tick claimed by the
-// first decision whose time passes nextTick, so it follows the engine's time,
-// real or virtual, and costs the fast path one atomic load when not due.
+// lower-weight one is cut more), then within each tier among its tenants. It
+// runs as a tick claimed by the first decision whose time passes nextTick,
+// so it follows the engine's time, real or virtual, and costs the fast path
+// one atomic load when not due.
 //
 // The outcome is one water level per tier: a tenant's fair share is its
 // tier's level times its weight. A tenant below its share is not slowed by

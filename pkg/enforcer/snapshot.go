@@ -232,8 +232,6 @@ var reasonFormats = [...]string{
 	reasonAPIKey:        "api key limit of %s is used up",
 }
 
-// addReason precomputes the denial reasons that mention lim, so that a
-// denial builds no string.
 // neverReason is the reason of a denial at level for a request of cost
 // that the level's limit lim (the plane's whole limit; extra, what a soft
 // tenant may borrow beyond its burst) can never hold, "" when it can some
@@ -249,6 +247,17 @@ func neverReason(level Level, lim *policy.Limit, extra, cost int64) string {
 	return ""
 }
 
+// borrowExtra is what a tenant may borrow beyond its burst (neverReason's
+// extra): the pool's per-tenant ceiling when it may borrow, else 0.
+func (s *snapshot) borrowExtra(mayBorrow bool) int64 {
+	if mayBorrow && s.borrowCeiling != nil {
+		return s.borrowCeiling.Burst
+	}
+	return 0
+}
+
+// addReason precomputes the denial reasons that mention lim, so that a
+// denial builds no string.
 func (s *snapshot) addReason(kind reasonKind, lim *policy.Limit) {
 	if lim == nil {
 		return

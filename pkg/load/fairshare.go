@@ -53,9 +53,10 @@ type TierShare struct {
 }
 
 // FairShares returns every tenant's fair share of p's global rate by its
-// shareBy (in the order of tenants) and every tier's (in p's tier order). A tenant the plane
-// does not name gets its tier's defaults (weight and tenant limit); an
-// unknown tenant of a plane that denies them gets nothing.
+// shareBy (in the order of tenants) and every tier's (in p's tier order).
+// A tenant the plane does not name gets its tier's defaults (weight and
+// tenant limit); an unknown tenant of a plane that denies them gets
+// nothing.
 func FairShares(p *policy.Policy, tenants []DemandTenant) ([]FairShare, []TierShare, error) {
 	global := p.Global()
 	globalPerSec := limitPerSecond(&global)

@@ -409,7 +409,6 @@ func tierNames(tiers []Tier) string {
 	return strings.Join(names, ", ")
 }
 
-// enum returns value, or def when it is empty, and reports a value outside allowed.
 // shareBy is how a Spec stores a plane's shareBy: the default, tenant, as
 // empty (Spec.ShareBy).
 func shareBy(s string) string {
@@ -419,6 +418,7 @@ func shareBy(s string) string {
 	return s
 }
 
+// enum returns value, or def when it is empty, and reports a value outside allowed.
 func enum(ps *problems, field, value, def string, allowed []string) string {
 	if value == "" {
 		return def

@@ -479,11 +479,11 @@ func (l *Leader) prober(ctx context.Context, ps *policy.Probe) (*Prober, error) 
 // cycle into s's window as one batch: every call and error, a sample of
 // CycleLatencies latencies that keeps the batch's distribution (evenly
 // spaced ranks of the sorted latencies), and the lowest rate-limit reading
-// of the cycle by the upstream's quota signal (lowerReading). A window holds a bounded number of records (one per
-// latency): the enforcers' reports, hundreds a second, would otherwise
-// push out all but the last seconds, and the window would not be the
-// span it says. Reports are dropped once read; an unreadable one is
-// logged.
+// of the cycle by the upstream's quota signal (lowerReading). A window holds
+// a bounded number of records (one per latency): the enforcers' reports,
+// hundreds a second, would otherwise push out all but the last seconds, and
+// the window would not be the span it says. Reports are dropped once read;
+// an unreadable one is logged.
 func (l *Leader) drain(ctx context.Context, s *sensed, now time.Time) {
 	raw, err := l.Redis.LPopCount(ctx, ReportsKey(l.Plane, s.spec.Name), MaxReports).Result()
 	if err != nil && err != redis.Nil {
