@@ -295,7 +295,7 @@ func levelKey(name string, lim *policy.Limit) string {
 // decision turns the script's reply into d.
 func (c *centralCall) decision(d *Decision) {
 	r := &c.reply
-	*d = Decision{Allow: r[0] == 1, Cost: c.cost, Remaining: r[4], Borrowed: r[5], Bound: Levels[min(max(r[6]-1, 0), 3)]}
+	*d = Decision{Allow: r[0] == 1, Cost: c.cost, Remaining: r[4], Borrowed: r[5], Bound: Levels[min(max(r[6]-1, 0), 3)], policy: c.snap.plane}
 	if d.Allow {
 		return
 	}

@@ -387,7 +387,7 @@ func (e *Engine) checkBackend(p *policy.Policy) error {
 func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 	s := newSnapshot(p)
 	if whole := e.policy.Load(); whole != nil {
-		s.planeGlobal = &whole.Spec().Global // p may hold this node's share of it
+		s.plane = whole // p may hold this node's share of it
 	}
 	if e.reconciler != nil && p.Spec().Mode == "local-reconciled" {
 		nodes := max(e.central.fleet.nodes.Load(), 1)
@@ -759,7 +759,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		pl.mu.Unlock()
 	}
 
-	*d = Decision{Allow: allow, Cost: cost}
+	*d = Decision{Allow: allow, Cost: cost, policy: snap.plane}
 	if mode == fromQueue && (allow || globalOK && shareOK) {
 		// The waiter's final outcome: its arrival was counted as a global
 		// denial, which this outcome replaces.
@@ -800,7 +800,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		case reserveDenied:
 			d.Reason = reasonShareReserve
 		case !globalOK:
-			d.Reason = cmp.Or(neverReason(LevelGlobal, snap.planeGlobal, 0, cost), snap.reason(reasonGlobal, snap.global))
+			d.Reason = cmp.Or(neverReason(LevelGlobal, &snap.plane.Spec().Global, 0, cost), snap.reason(reasonGlobal, snap.global))
 		default:
 			d.Reason = reasonShare
 		}

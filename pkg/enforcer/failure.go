@@ -29,10 +29,10 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision, journ
 	}
 	switch c.snap.failureMode {
 	case "allow":
-		*d = Decision{Allow: true, Cost: c.cost, Bound: LevelGlobal}
+		*d = Decision{Allow: true, Cost: c.cost, Bound: LevelGlobal, policy: c.snap.plane}
 		return nil
 	case "deny":
-		*d = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny,
+		*d = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny, policy: c.snap.plane,
 			RetryAfter: retryDuration(b.breaker.waitUs(now))}
 		return nil
 	}

@@ -259,7 +259,7 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 			kind = reasonEndpoint
 		}
 		ds[i] = Decision{Level: level, Bound: level, Cost: costs[i], Reason: snap.reason(kind, lim),
-			RetryAfter: retryDuration(out[3]), Remaining: out[4]}
+			RetryAfter: retryDuration(out[3]), Remaining: out[4], policy: snap.plane}
 	}
 	return hc, admitted, nil
 }
@@ -320,7 +320,7 @@ func (e *Engine) decideSmall(snap *snapshot, ts *tenantState, r *Request, ep int
 // unavailableDenial is failureMode deny's decision while Redis does not
 // answer in local-reconciled mode.
 func unavailableDenial(snap *snapshot, cost int64) Decision {
-	return Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: cost, Reason: reasonUnavailableDeny,
+	return Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: cost, Reason: reasonUnavailableDeny, policy: snap.plane,
 		RetryAfter: snap.policy.Spec().ReconcileInterval}
 }
 

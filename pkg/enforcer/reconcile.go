@@ -333,7 +333,7 @@ func (r *reconciler) failOver(snap *snapshot, cost int64, d *Decision) bool {
 	}
 	switch snap.failureMode {
 	case "allow":
-		*d = Decision{Allow: true, Cost: cost, Bound: LevelGlobal}
+		*d = Decision{Allow: true, Cost: cost, Bound: LevelGlobal, policy: snap.plane}
 	case "deny":
 		*d = unavailableDenial(snap, cost)
 	default:

@@ -75,9 +75,10 @@ type snapshot struct {
 	minCost   int64 // the cheapest request's cost: 1 with unknown endpoints (cost 1) allowed
 
 	global *policy.Limit
-	// planeGlobal is the plane's whole global limit: global itself but in
-	// the distributed modes, whose own snapshot holds the node's share.
-	planeGlobal   *policy.Limit
+	// plane is the plane's whole policy: policy itself but in the
+	// distributed modes, whose own snapshot holds the node's share of it.
+	// Decisions carry it (Decision.Limits).
+	plane         *policy.Policy
 	globalPerSec  float64       // the global limit's refill rate in tokens per second
 	pool          *policy.Limit // the burst pool as a bucket; nil without a pool
 	borrowCeiling *policy.Limit // a tenant's borrow allowance: ceiling, repaid at the pool's refill rate
@@ -165,7 +166,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		part:          1,
 		smallCost:     math.MaxInt64,
 		global:        &spec.Global,
-		planeGlobal:   &spec.Global,
+		plane:         p,
 		tierRank:      make(map[string]int, len(spec.Tiers)),
 		reasons:       map[reasonKey]string{},
 	}

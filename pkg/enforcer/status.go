@@ -226,29 +226,6 @@ func (e *Engine) BackendStatus() BackendStatus {
 // NodeID is the engine's name in its fleet (WithNodeID).
 func (e *Engine) NodeID() string { return e.nodeID }
 
-// LimitsFor returns the limits in force for r at each level (indexed as
-// Levels; nil where the level has no limit), from the policy in force: what
-// the decision API announces in its RateLimit-Policy header. It allocates
-// nothing.
-func (e *Engine) LimitsFor(r *Request) (limits [len(Levels)]*policy.Limit) {
-	p := e.policy.Load()
-	limits[globalLevel] = &p.Spec().Global
-	t, ok := p.Tenant(r.Tenant)
-	if !ok {
-		if t, ok = p.DefaultTenant(r.Tenant, r.Tier); !ok {
-			return limits
-		}
-	}
-	limits[LevelTenant.index()] = t.Limit
-	if ep, ok := p.ResolveEndpoint(r.Endpoint); ok {
-		limits[LevelEndpoint.index()] = p.EndpointLimit(&t, ep)
-	}
-	if r.APIKey != "" {
-		limits[LevelKey.index()] = p.KeyLimit(&t, r.APIKey)
-	}
-	return limits
-}
-
 // RedisStatus is the fleet's state of one tenant's levels in Redis, in mode
 // central: what decide.lua would find there at At.
 type RedisStatus struct {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
 // Level names the level of the hierarchy at which a request was denied.
@@ -75,6 +77,41 @@ type Decision struct {
 	Upstream  string
 	Class     string
 	Suspended bool
+
+	// policy is the plane's policy the decision was made under: what
+	// Limits and Policy read, so that a surface's headers and labels come
+	// from the version that decided, whatever was swapped in since.
+	policy *policy.Policy
+}
+
+// Policy is the plane's policy d was made under (nil for a zero Decision).
+func (d *Decision) Policy() *policy.Policy { return d.policy }
+
+// Limits returns the limits r meets at each level (indexed as Levels; nil
+// where the level has no limit) under the policy d was made under: what
+// the surfaces announce in the RateLimit-Policy header. They are the
+// plane's limits, also in the distributed modes, where a node enforces its
+// share of them. It allocates nothing.
+func (d *Decision) Limits(r *Request) (limits [len(Levels)]*policy.Limit) {
+	p := d.policy
+	if p == nil {
+		return limits
+	}
+	limits[globalLevel] = &p.Spec().Global
+	t, ok := p.Tenant(r.Tenant)
+	if !ok {
+		if t, ok = p.DefaultTenant(r.Tenant, r.Tier); !ok {
+			return limits
+		}
+	}
+	limits[LevelTenant.index()] = t.Limit
+	if ep, ok := p.ResolveEndpoint(r.Endpoint); ok {
+		limits[LevelEndpoint.index()] = p.EndpointLimit(&t, ep)
+	}
+	if r.APIKey != "" {
+		limits[LevelKey.index()] = p.KeyLimit(&t, r.APIKey)
+	}
+	return limits
 }
 
 // Bounds on requests and answers.

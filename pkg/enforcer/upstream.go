@@ -182,7 +182,7 @@ func (gp *gatePlan) take(gu *gateUpstream, class upstream.Class, cost, now int64
 	if class == upstream.Suspended || gu.fractions[class] <= 0 {
 		gu.shed[0][class]++
 		*d = Decision{Level: LevelUpstream, Bound: LevelUpstream, RetryAfter: gp.retryAfter, Reason: gu.reasons[class],
-			Cost: cost, Upstream: gu.name, Class: upstream.Suspended.String(), Suspended: true}
+			Cost: cost, Upstream: gu.name, Class: upstream.Suspended.String(), Suspended: true, policy: gp.policy}
 		return false
 	}
 	ok, waitUs := gu.buckets[class].take(float64(cost), now)
@@ -195,7 +195,7 @@ func (gp *gatePlan) take(gu *gateUpstream, class upstream.Class, cost, now int64
 		retry = retryDuration(waitUs)
 	}
 	*d = Decision{Level: LevelUpstream, Bound: LevelUpstream, RetryAfter: retry, Reason: gu.reasons[class],
-		Cost: cost, Upstream: gu.name, Class: class.String()}
+		Cost: cost, Upstream: gu.name, Class: class.String(), policy: gp.policy}
 	return false
 }
 

@@ -63,8 +63,8 @@ func (s *authorizationService) Check(ctx context.Context, req *authv3.CheckReque
 		}
 		return nil, engineStatus(err)
 	}
-	s.observe(e, r.Tenant, &d, time.Since(start))
-	limits := e.LimitsFor(&r)
+	s.observe(r.Tenant, &d, time.Since(start))
+	limits := d.Limits(&r)
 	headers := make([]*corev3.HeaderValueOption, 0, 5)
 	quotaheaders.Each(&limits, &d, func(name, value string) { headers = append(headers, header(name, value)) })
 	if d.Allow {

@@ -77,10 +77,10 @@ func (s *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		// A request of a denied group that would have passed was not
 		// admitted: only the denials of such a group are counted.
 		if allowed || !ds[i].Allow {
-			s.observe(e, rs[i].Tenant, &ds[i], took)
+			s.observe(rs[i].Tenant, &ds[i], took)
 		}
 	}
-	return rateLimitResponse(e, rs, ds, allowed), nil
+	return rateLimitResponse(rs, ds, allowed), nil
 }
 
 // groupScratch holds a call's requests and decisions: reused (groups), so
@@ -185,7 +185,7 @@ func quoteAll(keys []string) []string {
 // and the response headers of the descriptor that denied the group, or of
 // the tightest one (the fewest tokens left) when the group passed. The
 // messages of the statuses are allocated together, one array of each kind.
-func rateLimitResponse(e *enforcer.Engine, rs []enforcer.Request, ds []enforcer.Decision, allowed bool) *rlsv3.RateLimitResponse {
+func rateLimitResponse(rs []enforcer.Request, ds []enforcer.Decision, allowed bool) *rlsv3.RateLimitResponse {
 	n := len(ds)
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
@@ -199,7 +199,7 @@ func rateLimitResponse(e *enforcer.Engine, rs []enforcer.Request, ds []enforcer.
 	untilResets := make([]durationpb.Duration, n)
 	denier, tightest := -1, 0
 	for i := range ds {
-		limits := e.LimitsFor(&rs[i])
+		limits := ds[i].Limits(&rs[i])
 		fillDescriptorStatus(&statuses[i], &currentLimits[i], &untilResets[i], &limits, &ds[i])
 		resp.Statuses[i] = &statuses[i]
 		if !ds[i].Allow && denier < 0 {
@@ -213,7 +213,7 @@ func rateLimitResponse(e *enforcer.Engine, rs []enforcer.Request, ds []enforcer.
 	if denier >= 0 {
 		pick = denier
 	}
-	limits := e.LimitsFor(&rs[pick])
+	limits := ds[pick].Limits(&rs[pick])
 	fields := new([5]corev3.HeaderValue) // Each adds at most 5
 	resp.ResponseHeadersToAdd = make([]*corev3.HeaderValue, 0, len(fields))
 	quotaheaders.Each(&limits, &ds[pick], func(name, value string) {

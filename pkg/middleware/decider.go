@@ -30,7 +30,7 @@ func (l localDecider) Decide(ctx context.Context, r enforcer.Request, header htt
 	if err != nil || header == nil {
 		return d, err
 	}
-	limits := l.engine.LimitsFor(&r)
+	limits := d.Limits(&r)
 	quotaheaders.Set(header, &limits, &d)
 	return d, nil
 }

@@ -55,7 +55,7 @@ func Status(d *enforcer.Decision) int {
 }
 
 // Each calls add with every response header field of decision d, made
-// under limits (enforcer.Engine.LimitsFor), in a fixed order. The values it
+// under limits (enforcer.Decision.Limits), in a fixed order. The values it
 // formats share one string: one allocation an answer.
 func Each(limits *[len(enforcer.Levels)]*policy.Limit, d *enforcer.Decision, add func(name, value string)) {
 	var buf [320]byte

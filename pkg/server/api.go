@@ -93,9 +93,9 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 		writeEngineError(w, err)
 		return
 	}
-	a.metrics.Observe(a.engine, req.Tenant, &d, time.Since(start))
+	a.metrics.Observe(req.Tenant, &d, time.Since(start))
 	body := decision{Allowed: d.Allow, Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining, Borrowed: d.Borrowed}
-	limits := a.engine.LimitsFor(&req)
+	limits := d.Limits(&req)
 	quotaheaders.Set(w.Header(), &limits, &d)
 	status := http.StatusOK
 	if !d.Allow {

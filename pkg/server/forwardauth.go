@@ -75,8 +75,8 @@ func (a *API) forwardAuth(denyStatus int) http.HandlerFunc {
 			writeRefusal(w, refusalStatus(status), level, message)
 			return
 		}
-		a.metrics.Observe(a.engine, req.Tenant, &d, time.Since(start))
-		limits := a.engine.LimitsFor(&req)
+		a.metrics.Observe(req.Tenant, &d, time.Since(start))
+		limits := d.Limits(&req)
 		quotaheaders.Set(w.Header(), &limits, &d)
 		if d.Allow {
 			w.Header()["Cache-Control"] = cacheControlNoStore
