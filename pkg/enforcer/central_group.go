@@ -74,12 +74,12 @@ func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []De
 	}
 	snap := calls[0].snap
 	switch snap.failureMode {
-	case "allow":
+	case policy.FailureAllow:
 		for i, c := range calls {
 			ds[i] = Decision{Allow: true, Cost: c.cost, Bound: LevelGlobal}
 		}
 		return true, nil
-	case "deny":
+	case policy.FailureDeny:
 		retry := retryDuration(b.breaker.waitUs(now))
 		for i, c := range calls {
 			ds[i] = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny, RetryAfter: retry}

@@ -275,7 +275,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	e.queue.init(s.maxQueue)
 	if e.redis != nil {
 		e.central = newCentral(e, e.redis)
-		e.central.breaker.onChange = func(open bool, err error) { e.degradedChanged("central", open, err) }
+		e.central.breaker.onChange = func(open bool, err error) { e.degradedChanged(policy.ModeCentral, open, err) }
 		e.reconciler = newReconciler(e)
 	}
 	if err := e.installLocked(p, 0); err != nil {
@@ -283,7 +283,7 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		return nil, err
 	}
 	if e.central != nil {
-		if p.Spec().Mode == "local-reconciled" {
+		if p.Mode() == policy.ModeLocalReconciled {
 			e.reconciler.reset()
 			e.reconciler.reconcile()
 		}
@@ -313,7 +313,7 @@ func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 	if err := e.checkBackend(p); err != nil {
 		return err
 	}
-	switching := e.reconciler != nil && e.policy.Load().Spec().Mode != "local-reconciled" && p.Spec().Mode == "local-reconciled"
+	switching := e.reconciler != nil && e.policy.Load().Mode() != policy.ModeLocalReconciled && p.Mode() == policy.ModeLocalReconciled
 	if switching {
 		// Before the loop can see the new mode, and outside swapMu: the
 		// reconciler's lock comes before it (reconcile reshares).
@@ -338,7 +338,7 @@ func (e *Engine) installLocked(p *policy.Policy, now int64) error {
 	}
 	if e.central != nil {
 		var full *snapshot
-		if p.Spec().Mode == "central" {
+		if p.Mode() == policy.ModeCentral {
 			full = newSnapshot(p)
 		}
 		e.central.snap.Store(full)
@@ -364,10 +364,10 @@ func (e *Engine) reshare() {
 // unavailable; local-reconciled mode always, at the share its reconcile
 // loop sizes by demand.
 func (e *Engine) localPolicy(p *policy.Policy) (*policy.Policy, error) {
-	switch mode := p.Spec().Mode; {
-	case e.central == nil || mode == "local":
+	switch mode := p.Mode(); {
+	case e.central == nil || mode == policy.ModeLocal:
 		return p, nil
-	case mode == "local-reconciled":
+	case mode == policy.ModeLocalReconciled:
 		return p.SharePlane(e.reconciler.fraction())
 	}
 	return p.Share(1 / float64(e.central.fleet.nodes.Load()))
@@ -375,8 +375,8 @@ func (e *Engine) localPolicy(p *policy.Policy) (*policy.Policy, error) {
 
 // checkBackend rejects a policy whose mode the engine cannot run.
 func (e *Engine) checkBackend(p *policy.Policy) error {
-	switch mode := p.Spec().Mode; {
-	case mode == "local":
+	switch mode := p.Mode(); {
+	case mode == policy.ModeLocal:
 	case e.redis == nil:
 		return fmt.Errorf("enforcer: plane %s has mode %s, which needs Redis: give the engine one with WithRedis", p.Plane(), mode)
 	}
@@ -389,7 +389,7 @@ func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 	if whole := e.policy.Load(); whole != nil {
 		s.plane = whole // p may hold this node's share of it
 	}
-	if e.reconciler != nil && p.Spec().Mode == "local-reconciled" {
+	if e.reconciler != nil && p.Mode() == policy.ModeLocalReconciled {
 		nodes := max(e.central.fleet.nodes.Load(), 1)
 		s.reconciled, s.part = true, 1/float64(nodes)
 		if !e.reconciler.degraded.Load() {

@@ -28,10 +28,10 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision, journ
 		now = b.e.clock()
 	}
 	switch c.snap.failureMode {
-	case "allow":
+	case policy.FailureAllow:
 		*d = Decision{Allow: true, Cost: c.cost, Bound: LevelGlobal, policy: c.snap.plane}
 		return nil
-	case "deny":
+	case policy.FailureDeny:
 		*d = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny, policy: c.snap.plane,
 			RetryAfter: retryDuration(b.breaker.waitUs(now))}
 		return nil
@@ -252,14 +252,14 @@ func (b *breaker) probeFailed(now int64) {
 // degradedChanged logs a distributed backend entering (with the failure
 // that made it) or leaving degraded operation: what an operator must see
 // without a dashboard.
-func (e *Engine) degradedChanged(mode string, degraded bool, err error) {
+func (e *Engine) degradedChanged(mode policy.Mode, degraded bool, err error) {
 	p := e.policy.Load()
 	if degraded {
 		e.logger.Warn("quota store unavailable: deciding by the plane's failureMode until it is back",
-			"plane", p.ID(), "mode", mode, "failureMode", p.Spec().FailureMode, "node", e.nodeID, "err", err)
+			"plane", p.ID(), "mode", mode.String(), "failureMode", p.Spec().FailureMode, "node", e.nodeID, "err", err)
 		return
 	}
-	e.logger.Info("quota store back: deciding with the fleet again", "plane", p.ID(), "mode", mode, "node", e.nodeID)
+	e.logger.Info("quota store back: deciding with the fleet again", "plane", p.ID(), "mode", mode.String(), "node", e.nodeID)
 }
 
 // waitUs is how long until the breaker lets a call through.

@@ -245,7 +245,7 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 			}
 			g.ep[i], g.cost[i] = ep, cost
 		}
-		if snap.reconciled && e.reconciler.degraded.Load() && snap.failureMode != "degrade" {
+		if snap.reconciled && e.reconciler.degraded.Load() && snap.failureMode != policy.FailureDegrade {
 			allowed := true // the failureMode decides the whole group
 			for i := range rs {
 				e.reconciler.failOver(snap, g.cost[i], &ds[i])
@@ -260,7 +260,7 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 			hc, admitted, err = e.hybridDecide(snap, rs, g.ep[:len(rs)], g.cost[:len(rs)], ds)
 			switch {
 			case hc == nil:
-			case err != nil && snap.failureMode == "deny":
+			case err != nil && snap.failureMode == policy.FailureDeny:
 				for i := range rs {
 					ds[i] = unavailableDenial(snap, g.cost[i])
 				}

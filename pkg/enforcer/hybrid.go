@@ -295,7 +295,7 @@ func (e *Engine) decideSmall(snap *snapshot, ts *tenantState, r *Request, ep int
 	switch {
 	case hc == nil:
 		return nil, false
-	case err != nil && snap.failureMode == "deny":
+	case err != nil && snap.failureMode == policy.FailureDeny:
 		*d = unavailableDenial(snap, cost)
 		return nil, true
 	case err != nil:

@@ -180,19 +180,19 @@ func (r *reconciler) fraction() float64 { return math.Float64frombits(r.share.Lo
 func (r *reconciler) loop(stop <-chan struct{}) {
 	for {
 		interval := time.Second // while the plane is in another mode
-		if p := r.e.policy.Load(); p.Spec().Mode == "local-reconciled" {
+		if p := r.e.policy.Load(); p.Mode() == policy.ModeLocalReconciled {
 			interval = p.Spec().ReconcileInterval
 		}
 		select {
 		case <-stop:
-			if p := r.e.policy.Load(); p.Spec().Mode == "local-reconciled" {
+			if p := r.e.policy.Load(); p.Mode() == policy.ModeLocalReconciled {
 				r.reconcile() // flush: the fleet sees what this node admitted
 				r.leave(p)
 			}
 			return
 		case <-time.After(interval):
 		}
-		if r.e.policy.Load().Spec().Mode == "local-reconciled" {
+		if r.e.policy.Load().Mode() == policy.ModeLocalReconciled {
 			r.reconcile()
 		}
 	}
@@ -261,13 +261,13 @@ func (r *reconciler) reconcile() {
 		r.unconfirmed = true
 		if r.failures++; r.failures == e.settings.breakerThreshold {
 			r.degraded.Store(true)
-			e.degradedChanged("local-reconciled", true, err)
+			e.degradedChanged(policy.ModeLocalReconciled, true, err)
 			e.reshare() // small limits are the node's while Redis is away
 		}
 		return // keep the local state; the push goes again next time
 	}
 	if r.failures = 0; r.degraded.Swap(false) {
-		e.degradedChanged("local-reconciled", false, nil)
+		e.degradedChanged(policy.ModeLocalReconciled, false, nil)
 		e.reshare() // small limits are Redis's again
 	}
 	r.unconfirmed = false
@@ -332,9 +332,9 @@ func (r *reconciler) failOver(snap *snapshot, cost int64, d *Decision) bool {
 		return false
 	}
 	switch snap.failureMode {
-	case "allow":
+	case policy.FailureAllow:
 		*d = Decision{Allow: true, Cost: cost, Bound: LevelGlobal, policy: snap.plane}
-	case "deny":
+	case policy.FailureDeny:
 		*d = unavailableDenial(snap, cost)
 	default:
 		return false
@@ -389,7 +389,7 @@ func (r *reconciler) busiest() []busyTenant {
 // brought it back within three intervals.
 func (e *Engine) fleetView() (scale float64, byTenant map[string]float64) {
 	p := e.policy.Load()
-	if e.reconciler == nil || p.Spec().Mode != "local-reconciled" {
+	if e.reconciler == nil || p.Mode() != policy.ModeLocalReconciled {
 		return 1, nil
 	}
 	scale = 1 / e.reconciler.fraction()

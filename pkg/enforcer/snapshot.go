@@ -49,8 +49,8 @@ type snapshot struct {
 	// shareByTenant: contended capacity is shared among tenants by their
 	// weights (policy.ShareByTenant), not among tiers first.
 	shareByTenant bool
-	mode          string // the plane's backend: local, central or local-reconciled
-	failureMode   string // what the distributed backends do while Redis is unavailable
+	mode          policy.Mode        // the plane's backend
+	failureMode   policy.FailureMode // what the distributed backends do while Redis is unavailable
 	redisPrefix   string // the prefix of the plane's Redis keys (planeKey)
 	// shardPrefixes are the key prefixes of the plane's shards (shards.go);
 	// one, redisPrefix, unless the plane is split.
@@ -155,8 +155,8 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		known:         make(map[string]*tenantState, len(spec.Tenants)),
 		fairness:      parseFairness(spec.Fairness),
 		shareByTenant: spec.SharesByTenant(),
-		mode:          spec.Mode,
-		failureMode:   spec.FailureMode,
+		mode:          p.Mode(),
+		failureMode:   p.FailureMode(),
 		redisPrefix:   planeKey(p),
 		shardPrefixes: shardPrefixes(p),
 		denyUnknown:   spec.UnknownTenants == "deny",

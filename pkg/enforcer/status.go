@@ -189,8 +189,8 @@ func (e *Engine) PlaneStatusAt(now time.Time) PlaneStatus {
 
 // BackendStatus says which backend decides and how it fares.
 type BackendStatus struct {
-	// Mode is the plane's backend: local, central or local-reconciled.
-	Mode string
+	// Mode is the plane's backend.
+	Mode policy.Mode
 	// Degraded is true while Redis is unavailable and the plane's
 	// failureMode decides: in central mode while the circuit breaker is
 	// open, in local-reconciled from the third reconcile in a row that
@@ -208,13 +208,13 @@ type BackendStatus struct {
 
 // BackendStatus reports the backend in force.
 func (e *Engine) BackendStatus() BackendStatus {
-	s := BackendStatus{Mode: e.policy.Load().Spec().Mode, Nodes: 1}
+	s := BackendStatus{Mode: e.policy.Load().Mode(), Nodes: 1}
 	if c := e.central; c != nil {
 		s.Degraded = c.breaker.open.Load()
 		s.Nodes = c.fleet.nodes.Load()
 		s.ScriptCalls, s.Decisions = c.stats.calls.Load(), c.stats.decisions.Load()
 		s.Failures, s.Fallbacks = c.stats.failures.Load(), c.stats.degraded.Load()
-		if s.Mode == "local-reconciled" {
+		if s.Mode == policy.ModeLocalReconciled {
 			r := &e.reconciler.stats
 			s.Degraded = e.reconciler.degraded.Load()
 			s.ScriptCalls, s.Failures, s.Fallbacks = r.runs.Load(), r.failures.Load(), r.fallbacks.Load()

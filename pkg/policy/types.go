@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -39,7 +40,8 @@ const (
 )
 
 // The values of the plane's enumerated fields; the default is the first,
-// but for fairness, whose default is maxmin.
+// but for fairness, whose default is maxmin. Modes and FailureModes are
+// indexed by Mode and FailureMode.
 var (
 	Modes           = []string{"local", "central", "local-reconciled"}
 	FairnessModes   = []string{"none", "maxmin", "wfq", "drr"}
@@ -47,6 +49,55 @@ var (
 	FailureModes    = []string{"degrade", "allow", "deny"}
 	UnknownPolicies = []string{"default", "deny"}
 )
+
+// Mode is a plane's backend: Spec.Mode, which stores its name (Modes).
+type Mode uint8
+
+const (
+	// ModeLocal decides in each enforcer's memory: every enforcer
+	// enforces the whole plane.
+	ModeLocal Mode = iota
+	// ModeCentral decides every request in Redis.
+	ModeCentral
+	// ModeLocalReconciled decides in memory on the node's share of each
+	// limit, which a reconcile loop sizes through Redis.
+	ModeLocalReconciled
+)
+
+func (m Mode) String() string { return Modes[m] }
+
+// Mode is the plane's backend. A mode Compile would not accept reads as
+// ModeLocal, which needs nothing.
+func (p *Policy) Mode() Mode {
+	if i := slices.Index(Modes, p.spec.Mode); i > 0 {
+		return Mode(i)
+	}
+	return ModeLocal
+}
+
+// FailureMode is what the distributed backends do while Redis is
+// unavailable: Spec.FailureMode, which stores its name (FailureModes).
+type FailureMode uint8
+
+const (
+	// FailureDegrade decides on the node's share of every limit.
+	FailureDegrade FailureMode = iota
+	// FailureAllow admits every request.
+	FailureAllow
+	// FailureDeny denies every request at the global level.
+	FailureDeny
+)
+
+func (f FailureMode) String() string { return FailureModes[f] }
+
+// FailureMode is the plane's failure mode; one Compile would not accept
+// reads as FailureDegrade.
+func (p *Policy) FailureMode() FailureMode {
+	if i := slices.Index(FailureModes, p.spec.FailureMode); i > 0 {
+		return FailureMode(i)
+	}
+	return FailureDegrade
+}
 
 // The plane's shareBy values (Spec.ShareBy).
 const (

@@ -176,7 +176,7 @@ func (l *Loader) Report(ctx context.Context, s *store.Store, decisions func() in
 		}
 		backend := l.engine.BackendStatus()
 		r := store.EnforcerReport{ID: l.engine.NodeID(), PolicyVersion: l.engine.Policy().Version(), DecisionsPerSec: rate,
-			Mode: backend.Mode, Degraded: backend.Degraded}
+			Mode: backend.Mode.String(), Degraded: backend.Degraded}
 		if err := s.ReportState(ctx, r, 3*every); err != nil && ctx.Err() == nil {
 			l.log.Warn("enforcer report not sent", "err", err)
 		}

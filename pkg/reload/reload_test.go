@@ -200,7 +200,7 @@ func TestWatchStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(reports) == 1 && reports[0].ID == e.NodeID() && reports[0].PolicyVersion == 2 && reports[0].Mode == e.BackendStatus().Mode && !reports[0].Degraded {
+		if len(reports) == 1 && reports[0].ID == e.NodeID() && reports[0].PolicyVersion == 2 && reports[0].Mode == e.BackendStatus().Mode.String() && !reports[0].Degraded {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -166,7 +166,7 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 	now := time.Now()
 	b := e.BackendStatus()
 	s, ok := e.TenantStatusAt(now, name)
-	if !ok && b.Mode == "central" && !b.Degraded {
+	if !ok && b.Mode == policy.ModeCentral && !b.Degraded {
 		// The fleet's state is in Redis, whichever enforcer decided.
 		p := e.Policy()
 		t, known := p.Tenant(name)
@@ -183,13 +183,13 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 	v := debugView{
 		Tenant: s.Tenant, Known: s.Known, Tier: s.Tier, Weight: s.Weight, MayBorrow: s.MayBorrow,
 		BorrowDebt: s.Debt, DemandPerSec: s.Demand, Admitted: s.Admitted, Borrowed: s.Borrowed,
-		Denied: map[string]int64{}, PolicyVersion: s.PolicyVersion, Backend: b.Mode, Degraded: b.Degraded,
+		Denied: map[string]int64{}, PolicyVersion: s.PolicyVersion, Backend: b.Mode.String(), Degraded: b.Degraded,
 		Limits: []debugLimit{}, Recent: []debugEntry{},
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), debugReadTimeout)
 	defer cancel()
 	var redisErr error
-	if b.Mode == "central" && !b.Degraded {
+	if b.Mode == policy.ModeCentral && !b.Degraded {
 		// Redis holds the state; this node's own is idle until Redis fails.
 		var st enforcer.RedisStatus
 		if st, redisErr = e.RedisStatusOf(ctx, name); redisErr == nil {
@@ -209,13 +209,13 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 		}
 	}
 	switch {
-	case b.Mode == "central" && !b.Degraded && redisErr == nil:
-	case b.Mode == "central" && !b.Degraded:
+	case b.Mode == policy.ModeCentral && !b.Degraded && redisErr == nil:
+	case b.Mode == policy.ModeCentral && !b.Degraded:
 		v.LimitsNote = "mode central: the fleet's state in Redis could not be read (" + redisErr.Error() + "); counters and recent decisions are this enforcer's"
 	default:
 		v.LimitsNote = "this enforcer's state"
-		if b.Mode != "local" {
-			v.LimitsNote = "this enforcer's share of the plane (" + b.Mode + ")"
+		if b.Mode != policy.ModeLocal {
+			v.LimitsNote = "this enforcer's share of the plane (" + b.Mode.String() + ")"
 		}
 		plane := e.PlaneStatusAt(now)
 		v.Limits = append(v.Limits, debugLimit{Level: string(enforcer.LevelGlobal), Limit: plane.Global.Limit.String(), Remaining: plane.Global.Remaining})
@@ -234,7 +234,7 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 		v.Recent = append(v.Recent, debugEntry{At: t.At, Endpoint: t.Endpoint, KeyHash: t.KeyHash, Cost: t.Cost, Borrowed: t.Borrowed,
 			Allowed: t.Allow, Level: string(t.Level), Reason: t.Reason})
 	}
-	if b.Mode != "local" {
+	if b.Mode != policy.ModeLocal {
 		v.Fleet = fleetView(ctx, e, b, cfg.fleet)
 	}
 	v.Upstreams = upstreamsView(e, s.Tenant, s.Tier)
@@ -257,7 +257,7 @@ func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus
 		f.Error = err.Error()
 	}
 	degraded := b.Degraded
-	self := debugEnforcer{ID: e.NodeID(), Self: true, PolicyVersion: e.Policy().Version(), Mode: b.Mode, Degraded: &degraded}
+	self := debugEnforcer{ID: e.NodeID(), Self: true, PolicyVersion: e.Policy().Version(), Mode: b.Mode.String(), Degraded: &degraded}
 	for _, r := range live {
 		if r.ID == e.NodeID() {
 			self.Reported, self.DecisionsPerSec = true, r.DecisionsPerSec

@@ -62,7 +62,7 @@ func TestDebugCentral(t *testing.T) {
 		engines = append(engines, e)
 		admins = append(admins, NewAdmin(e, NewMetrics(e, nil), func() bool { return true }, WithFleet(reports)))
 		b := e.BackendStatus()
-		if err := reports.ReportState(ctx, store.EnforcerReport{ID: id, PolicyVersion: 4, DecisionsPerSec: 2, Mode: b.Mode, Degraded: b.Degraded}, time.Minute); err != nil {
+		if err := reports.ReportState(ctx, store.EnforcerReport{ID: id, PolicyVersion: 4, DecisionsPerSec: 2, Mode: b.Mode.String(), Degraded: b.Degraded}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -169,7 +169,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	if b.Degraded {
 		degraded = 1
 	}
-	ch <- prometheus.MustNewConstMetric(backendDesc, prometheus.GaugeValue, degraded, b.Mode)
+	ch <- prometheus.MustNewConstMetric(backendDesc, prometheus.GaugeValue, degraded, b.Mode.String())
 	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(b.Nodes))
 	ch <- prometheus.MustNewConstMetric(scriptCallsDesc, prometheus.CounterValue, float64(b.ScriptCalls))
 	ch <- prometheus.MustNewConstMetric(scriptFailsDesc, prometheus.CounterValue, float64(b.Failures))
