@@ -51,7 +51,7 @@ type snapshot struct {
 	shareByTenant bool
 	mode          policy.Mode        // the plane's backend
 	failureMode   policy.FailureMode // what the distributed backends do while Redis is unavailable
-	redisPrefix   string // the prefix of the plane's Redis keys (planeKey)
+	redisPrefix   string             // the prefix of the plane's Redis keys (planeKey)
 	// shardPrefixes are the key prefixes of the plane's shards (shards.go);
 	// one, redisPrefix, unless the plane is split.
 	shardPrefixes []string
