@@ -27,7 +27,7 @@ import (
 // and shard (batchLoop). When Redis fails or is slow, a circuit breaker
 // opens and the plane's failureMode decides meanwhile (failure.go). It also
 // owns what both distributed backends share: the client, the fleet's size
-// and the background loops, which idle while the plane is in another mode.
+// and the background loops, which run only in their mode (modeLoops).
 type central struct {
 	e      *Engine
 	client redis.UniversalClient
@@ -44,6 +44,7 @@ type central struct {
 	journal journal
 	shards  shards
 	fair    centralFair
+	loops   modeLoops
 
 	stats centralStats
 }
@@ -116,21 +117,20 @@ func newCentral(e *Engine, c redis.UniversalClient) *central {
 	return b
 }
 
-// start starts the workers and the background loops of both distributed
-// backends; each idles while the plane is in another mode.
+// start starts the batch workers and the upstream gate's loop, which run
+// for the engine's life, and the loops of the mode in force (modeLoops).
 func (b *central) start() {
 	for range b.e.settings.redisConcurrency {
 		b.workers.Go(b.batchLoop)
 	}
-	b.workers.Go(b.heartbeatLoop)
-	b.workers.Go(b.fairLoop)
-	b.workers.Go(b.rebalanceLoop)
-	b.workers.Go(func() { b.e.reconciler.loop(b.stop) })
 	b.workers.Go(func() { b.e.gateLoop(b.stop) })
+	b.e.runLoops(false)
 }
 
-// close stops the workers once the queued calls are decided.
+// close stops the mode's loops, then the workers once the queued calls are
+// decided.
 func (b *central) close() {
+	b.e.runLoops(true)
 	close(b.stop)
 	b.workers.Wait()
 }

@@ -127,12 +127,12 @@ const (
 // fairLoop runs the fleet exchange every fairness interval while the plane
 // is in central mode with a fairness other than none; otherwise no shares
 // are in force.
-func (b *central) fairLoop() {
+func (b *central) fairLoop(stop <-chan struct{}) {
 	timer := time.NewTimer(b.e.settings.tickInterval)
 	defer timer.Stop()
 	for {
 		select {
-		case <-b.stop:
+		case <-stop:
 			return
 		case <-timer.C:
 		}

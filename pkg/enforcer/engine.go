@@ -322,8 +322,13 @@ func (e *Engine) SetPolicyAt(now time.Time, p *policy.Policy) error {
 	e.swapMu.Lock()
 	err := e.installLocked(p, now.UnixMicro())
 	e.swapMu.Unlock()
+	if err == nil {
+		e.runLoops(false) // outside swapMu: a stopping loop may reshare
+	}
 	if err == nil && switching {
-		e.reconciler.reconcile() // outside swapMu: it may reshare
+		// After the old mode's loops left the fleet (the fleet's members
+		// are one set in both modes); outside swapMu: it may reshare.
+		e.reconciler.reconcile()
 	}
 	return err
 }

@@ -279,14 +279,17 @@ type fleet struct {
 
 // heartbeatLoop beats while the plane is in central mode and resizes this
 // node's local share (used while degraded) when the fleet's size changes.
-func (b *central) heartbeatLoop() {
+// When stop closes it leaves the fleet it last beat in at once.
+func (b *central) heartbeatLoop(stop <-chan struct{}) {
 	s := b.e.settings
 	ticker := time.NewTicker(s.heartbeatInterval)
 	defer ticker.Stop()
+	var fleetKey string // where the last beat went
 	for {
 		if snap := b.snap.Load(); snap != nil {
+			fleetKey = snap.redisPrefix + "nodes"
 			ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
-			n, err := lua.Heartbeat.Run(ctx, b.client, []string{snap.redisPrefix + "nodes"},
+			n, err := lua.Heartbeat.Run(ctx, b.client, []string{fleetKey},
 				b.e.nodeID, strconv.FormatInt((3*s.heartbeatInterval).Milliseconds(), 10)).Int64()
 			cancel()
 			if err == nil && n >= 1 && n != b.fleet.nodes.Load() {
@@ -298,10 +301,10 @@ func (b *central) heartbeatLoop() {
 			}
 		}
 		select {
-		case <-b.stop:
-			if snap := b.snap.Load(); snap != nil {
+		case <-stop:
+			if fleetKey != "" {
 				ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
-				_ = b.client.ZRem(ctx, snap.redisPrefix+"nodes", b.e.nodeID).Err() // leave the fleet at once
+				_ = b.client.ZRem(ctx, fleetKey, b.e.nodeID).Err()
 				cancel()
 			}
 			return

@@ -174,23 +174,21 @@ func (r *reconciler) reset() {
 
 func (r *reconciler) fraction() float64 { return math.Float64frombits(r.share.Load()) }
 
-// loop runs reconciles while the plane is in local-reconciled mode, at the
-// policy's interval (New runs the first), until stop closes; then it
-// pushes what is pending and leaves the fleet.
+// loop runs reconciles at the policy's interval (New runs the first)
+// while the plane is in local-reconciled mode (modeLoops), until stop
+// closes: then it pushes what is pending, if the plane is still in this
+// mode, and leaves the fleet.
 func (r *reconciler) loop(stop <-chan struct{}) {
 	for {
-		interval := time.Second // while the plane is in another mode
-		if p := r.e.policy.Load(); p.Mode() == policy.ModeLocalReconciled {
-			interval = p.Spec().ReconcileInterval
-		}
 		select {
 		case <-stop:
-			if p := r.e.policy.Load(); p.Mode() == policy.ModeLocalReconciled {
+			p := r.e.policy.Load()
+			if p.Mode() == policy.ModeLocalReconciled {
 				r.reconcile() // flush: the fleet sees what this node admitted
-				r.leave(p)
 			}
+			r.leave(p)
 			return
-		case <-time.After(interval):
+		case <-time.After(r.e.policy.Load().Spec().ReconcileInterval):
 		}
 		if r.e.policy.Load().Mode() == policy.ModeLocalReconciled {
 			r.reconcile()

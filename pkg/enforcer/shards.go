@@ -114,12 +114,12 @@ func (b *central) shardLimits(snap *snapshot, shard int) (global, pool *policy.L
 
 // rebalanceLoop recomputes the shards' parts from the fleet's demand
 // counters while the plane is in central mode with more than one shard.
-func (b *central) rebalanceLoop() {
+func (b *central) rebalanceLoop(stop <-chan struct{}) {
 	ticker := time.NewTicker(rebalanceInterval)
 	defer ticker.Stop()
 	for {
 		select {
-		case <-b.stop:
+		case <-stop:
 			return
 		case <-ticker.C:
 		}
