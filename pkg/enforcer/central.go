@@ -93,6 +93,13 @@ type centralCall struct {
 	// its caller gave up on, and got an answer from the failure mode for,
 	// is not sent, so it is not counted twice.
 	state atomic.Uint32
+	// finished counts the two ends of a call that was sent: the worker
+	// when Redis answered (or failed), and its caller when the failure mode
+	// decided it, the caller having stopped waiting or got an error. The
+	// second settles what the failure mode admitted (local) against
+	// Redis's answer (settleLate).
+	finished atomic.Int32
+	local    localAdmission
 }
 
 const (
@@ -166,9 +173,6 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	if reusable {
 		defer callPool.Put(call)
 	}
-	// A call that timed out after a worker sent it may still be debited in
-	// Redis: its local decision is not journaled, or it would count twice.
-	journal := err == nil || call.state.Load() != callSent
 	if err == nil {
 		err = call.err
 	}
@@ -180,7 +184,7 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
-	return b.fail(call, now, r, d, journal)
+	return b.fail(call, now, r, d)
 }
 
 // prepare resolves r's limits from the full policy into a script call.
@@ -380,6 +384,8 @@ func (c *centralCall) reset() {
 	c.share, c.aboveShare = shareLevel{}, false
 	c.members, c.group = c.one[:], 0
 	c.state.Store(callQueued)
+	c.finished.Store(0)
+	c.local = localAdmission{}
 }
 
 // batchLoop is one worker: it takes a call, adds whatever else is queued
@@ -445,7 +451,11 @@ func (b *central) batchLoop() {
 func (b *central) run(ctx context.Context, now int64, batch []*centralCall, buf *batchBuffers) {
 	b.call(ctx, now, batch, buf)
 	for _, c := range batch {
+		late := c.finished.Add(1) == 2 // before done: a caller that waits may reuse c after it
 		c.done <- struct{}{}
+		if late {
+			b.settleLate(c)
+		}
 	}
 }
 

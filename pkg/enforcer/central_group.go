@@ -38,6 +38,10 @@ func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs [
 			}
 		}()
 	}
+	// A group that timed out after a worker sent it may still be decided
+	// by Redis: what the failure mode admits for it is not journaled, or
+	// it could count twice (a lone call's is settled against Redis's
+	// answer: settleLate).
 	journal := err == nil || lead.state.Load() != callSent
 	for _, c := range calls {
 		if err == nil {
@@ -76,13 +80,13 @@ func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []De
 	switch snap.failureMode {
 	case policy.FailureAllow:
 		for i, c := range calls {
-			ds[i] = Decision{Allow: true, Cost: c.cost, Bound: LevelGlobal}
+			ds[i] = Decision{Allow: true, Cost: c.cost, Bound: LevelGlobal, policy: snap.plane}
 		}
 		return true, nil
 	case policy.FailureDeny:
 		retry := retryDuration(b.breaker.waitUs(now))
 		for i, c := range calls {
-			ds[i] = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny, RetryAfter: retry}
+			ds[i] = Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: c.cost, Reason: reasonUnavailableDeny, RetryAfter: retry, policy: snap.plane}
 		}
 		return false, nil
 	}
@@ -91,19 +95,20 @@ func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []De
 		return allowed, err
 	}
 	for i, c := range calls {
-		b.journalAdmitted(c, &ds[i])
+		b.journalAdmitted(c, rs[i].Tenant, ds[i].Cost, ds[i].Borrowed)
 	}
 	return true, nil
 }
 
-// journalAdmitted notes what the node admitted on its own for call c
-// (decision d), to be debited from the fleet's buckets when Redis is back.
-func (b *central) journalAdmitted(c *centralCall, d *Decision) {
+// journalAdmitted notes what the node admitted on its own for call c of
+// tenant (cost, of which borrowed from the pool), to be debited from the
+// fleet's buckets when Redis is back (recovered).
+func (b *central) journalAdmitted(c *centralCall, tenant string, cost, borrowed int64) {
 	prefix := c.snap.shardPrefixes[c.shard]
 	global, _ := b.shardLimits(c.snap, c.shard)
-	b.journal.add(prefix, prefix+"g", global, d.Cost)
-	if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
-		b.journal.add(prefix, c.keys[0], t, d.Cost-d.Borrowed)
+	b.journal.add(journalEntry{shard: prefix, key: prefix + "g", limit: global, tokens: cost})
+	if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && cost > borrowed {
+		b.journal.add(journalEntry{shard: prefix, key: c.keys[0], limit: t, tokens: cost - borrowed, tenant: tenant})
 	}
 }
 

@@ -228,17 +228,26 @@ func TestCentralOutage(t *testing.T) {
 		t.Fatalf("during the outage: %+v, want degraded", during)
 	}
 	// Before: the burst plus the rate. During: each node its share of
-	// both. After: the debit of what the nodes admitted on their own
-	// leaves the fresh buckets empty, so only the rate (and the probe
-	// batches decided before the debit) pass.
+	// both, from a full local bucket. After: the restarted Redis holds
+	// full buckets, from which what the nodes' own buckets lack (a whole
+	// burst, at 8x the limit) is debited: the rate passes, and the probe
+	// batches decided before the debit. A Redis that restarts empty forgets
+	// what the fleet took before: over the run, the rate and two bursts.
 	limits := []int64{burst + rate, burst + 5*rate, 2*rate + 2*128}
+	floors := []int64{rate, 5 * rate, 2*rate - burst}
+	var total int64
 	for i, ph := range phases {
-		if got, limit := ph.admitted.Load(), limits[i]+limits[i]/50; got > limit {
+		got := ph.admitted.Load()
+		total += got
+		if limit := limits[i] + limits[i]/50; got > limit {
 			t.Errorf("%s: admitted %d, more than %d", ph.name, got, limit)
 		}
-		if got := ph.admitted.Load(); got < int64(ph.d.Seconds()*rate)*8/10 {
+		if got < floors[i]*8/10 {
 			t.Errorf("%s: admitted only %d", ph.name, got)
 		}
+	}
+	if limit := int64(8*rate + 2*burst + 2*128); total > limit+limit/50 {
+		t.Errorf("admitted %d in 8 s, more than the rate and two bursts (%d)", total, limit)
 	}
 	after := nodes[0].BackendStatus()
 	if after.Degraded || after.Decisions <= during.Decisions {
@@ -319,5 +328,102 @@ func TestCentralSlowRedis(t *testing.T) {
 	}
 	if s := e.BackendStatus(); s.Fallbacks == 0 {
 		t.Fatalf("status %+v: no decision by the failure mode", s)
+	}
+}
+
+// TestCentralBlipsArePaidBack: three 0.3 s Redis hangs under a tenant
+// running at 40x its limit, on two nodes. During each, the nodes decide on
+// their own, from local buckets that start full: a burst. That burst is
+// debited from the fleet's buckets when Redis answers again, below empty
+// if need be, so the tenant gets its rate and one burst over the run, not
+// a fresh burst per blip (which, before, was never paid back: +60 % here).
+func TestCentralBlipsArePaidBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4 s of real time")
+	}
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	const rate, burst = 200, 200
+	p := policytest.Compile(t, withMode(planeHeader, "central")+sprintf(`  global: {rate: 1000000, burst: 1000000}
+  tiers: [{name: t, weight: 1, tenant: {rate: %d, burst: %d}}]
+`, rate, burst))
+	opts := []Option{withHeartbeatInterval(50 * time.Millisecond), withBreakerCooldown(100 * time.Millisecond), WithRedisTimeout(20 * time.Millisecond)}
+	nodes := []*Engine{centralEngine(t, p, srv.Client(), "n0", opts...), centralEngine(t, p, srv.Client(), "n1", opts...)}
+	for _, e := range nodes {
+		poll.Until(t, 5*time.Second, "both nodes counted", func() bool { return e.BackendStatus().Nodes == 2 })
+	}
+	var admitted, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 8 { // 8,000 requests a second: 40x the tenant's limit
+		wg.Go(func() {
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				d, err := nodes[i%2].Decide(context.Background(), Request{Tenant: "whale", Endpoint: "x"})
+				if err != nil {
+					failed.Add(1)
+				} else if d.Allow {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	begin := time.Now()
+	hanger := srv.Client()
+	for range 3 {
+		<-time.After(400 * time.Millisecond)
+		if err := hanger.Do(context.Background(), "DEBUG", "SLEEP", "0.3").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-time.After(1500 * time.Millisecond) // the last blip's debt paid back
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(begin)
+	limit := int64(elapsed.Seconds()*rate) + burst
+	t.Logf("admitted %d in %s; the rate and one burst: %d", admitted.Load(), elapsed.Round(time.Millisecond), limit)
+	if failed.Load() != 0 {
+		t.Fatalf("%d decisions failed", failed.Load())
+	}
+	if got := admitted.Load(); got > limit+limit/10 {
+		t.Errorf("admitted %d, more than the rate and one burst (%d) by %.0f %%", got, limit, 100*float64(got-limit)/float64(limit))
+	}
+}
+
+// TestFleetShrinksOnlyAfterAHold: a count of fewer live nodes (a Redis
+// restarted empty counts each node alone until the others beat again)
+// changes the fleet's size only once it has lasted a hold (two beats); a
+// count of more changes it at once.
+func TestFleetShrinksOnlyAfterAHold(t *testing.T) {
+	const hold = 300
+	var f fleet
+	f.nodes.Store(1)
+	steps := []struct {
+		n, now, want int64
+	}{
+		{2, 0, 2},            // more: at once
+		{1, 100, 2},          // fewer: held
+		{1, 399, 2},          // … for the hold
+		{2, 450, 2},          // the other node beats again: the hold ends
+		{1, 500, 2},          // fewer again: a new hold
+		{1, 800, 1},          // lasted the hold
+		{4, 801, 4},          // more: at once
+		{0, 802, 4},          // a count of none is the node itself: held too
+		{0, 802 + hold, 1},   // and then it is alone
+		{1, 802 + 2*hold, 1}, // unchanged
+	}
+	for i, st := range steps {
+		changed := f.count(st.n, st.now, hold)
+		if got := f.nodes.Load(); got != st.want {
+			t.Fatalf("step %d: count(%d) at %d: %d nodes, want %d", i, st.n, st.now, got, st.want)
+		}
+		if wantChanged := i == 0 || st.want != steps[i-1].want; changed != wantChanged {
+			t.Fatalf("step %d: changed %v, want %v", i, changed, wantChanged)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package enforcer
 
 import (
 	"context"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +21,10 @@ const (
 // fail decides c's request while Redis cannot: by the plane's failureMode.
 // degrade decides locally with this node's share of every limit (the
 // engine's own state holds that share) and notes what it admits, to be
-// debited from the fleet's buckets when Redis is back (journal: unless
-// Redis may have decided the call too); allow admits; deny
-// denies at the global level until the breaker lets a call through again.
-func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision, journal bool) error {
+// debited from the fleet's buckets when Redis is back (journal,
+// recovered); allow admits; deny denies at the global level until the
+// breaker lets a call through again.
+func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error {
 	b.stats.degraded.Add(1)
 	if now == 0 {
 		now = b.e.clock()
@@ -39,44 +41,130 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision, journ
 	if err := b.e.decideOpts(now, r, arrival, d); err != nil {
 		return err
 	}
-	if d.Allow && journal {
-		prefix := c.snap.shardPrefixes[c.shard]
-		global, _ := b.shardLimits(c.snap, c.shard)
-		b.journal.add(prefix, prefix+"g", global, d.Cost)
-		if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
-			b.journal.add(prefix, c.keys[0], t, d.Cost-d.Borrowed)
+	if c.state.Load() != callSent {
+		if d.Allow {
+			b.journalAdmitted(c, r.Tenant, d.Cost, d.Borrowed)
 		}
+		return nil
+	}
+	// Redis may decide the call yet: its answer says whether what the node
+	// admitted is owed (settleLate).
+	if d.Allow {
+		c.local = localAdmission{cost: d.Cost, borrowed: d.Borrowed, tenant: strings.Clone(r.Tenant)}
+	}
+	if c.finished.Add(1) == 2 {
+		b.settleLate(c)
 	}
 	return nil
 }
 
+// localAdmission is what the failure mode admitted for a call that a
+// worker sent: the call's cost, what of it was borrowed, its tenant.
+type localAdmission struct {
+	cost, borrowed int64
+	tenant         string
+}
+
+// settleLate journals what the failure mode admitted for a sent call
+// (c.local), once both Redis's answer and the local decision are in,
+// unless Redis admitted the call too: it then counted it already. Redis
+// decides a call its caller stopped waiting for when it answers again (a
+// slow or hung Redis runs what was sent meanwhile); a call it failed, or
+// denied, the fleet's buckets never saw.
+func (b *central) settleLate(c *centralCall) {
+	if c.local.cost > 0 && (c.err != nil || c.reply[0] != 1) {
+		b.journalAdmitted(c, c.local.tenant, c.local.cost, c.local.borrowed)
+	}
+}
+
 // recovered runs when a call succeeds after failures, and at every
 // heartbeat while the breaker is closed (decisions that timed out alone
-// were decided locally too): what the node admitted on its own is debited
+// were decided locally too): what the node took on its own is debited
 // from the fleet's buckets, which refilled all along in Redis (or came back
 // full after a restart), so that central decisions resume without a burst
 // of over-admission. One debit call per shard and 256 buckets.
+//
+// A bucket is owed what the node admitted for it, but never more than the
+// local bucket that stood in for it lacks of full. The first is exact
+// while the fleet's bucket did not fill up during the outage (a fleet at
+// its limits, a blip): the debit, which debit.lua takes below empty if
+// need be, then pays back the local bucket's burst rather than giving it
+// away at every blip. The second holds when it did fill up (a fleet far
+// under its limits, a Redis restarted empty): what the local bucket
+// refilled meanwhile is then owed to nobody, and a long outage under the
+// limits does not leave the fleet's buckets empty. The local buckets keep
+// their levels (and refill while Redis decides), so that a blip soon after
+// another starts from what the last one left, not from a full bucket.
+//
+// The debt is split over the bucket's journaled keys (the global level's
+// shards, a tenant's) by what each admitted (a call Redis may have
+// decided too is journaled once its answer says it did not admit it:
+// settleLate). A debit that fails stays owed.
 func (b *central) recovered() {
+	entries := b.journal.take()
+	if len(entries) == 0 {
+		return
+	}
+	e, now := b.e, b.e.clock()
+	type owed struct{ journaled, lack int64 }
+	stands := map[string]*owed{} // by tenant; "" is the global level
+	for _, en := range entries {
+		o := stands[en.tenant]
+		if o == nil {
+			o = &owed{}
+			stands[en.tenant] = o
+		}
+		o.journaled += en.tokens
+	}
+	local := e.snap.Load()
+	for tenant, o := range stands {
+		if tenant == "" {
+			pl := &e.plane
+			pl.mu.Lock()
+			o.lack = pl.global.lack(now)
+			pl.mu.Unlock()
+			continue
+		}
+		ts := local.known[tenant]
+		if ts == nil {
+			ts = e.tenants.get(tenant)
+		}
+		if ts != nil {
+			ts.mu.Lock()
+			o.lack = ts.limit.lack(now)
+			ts.mu.Unlock()
+		}
+	}
 	byShard := map[string][]journalEntry{}
-	for _, en := range b.journal.take() {
-		byShard[en.shard] = append(byShard[en.shard], en)
+	for _, en := range entries {
+		if o := stands[en.tenant]; o.journaled > 0 {
+			en.owed += min(en.tokens, int64(math.Ceil(float64(en.tokens)*float64(o.lack)/float64(o.journaled))))
+		}
+		en.tokens = 0
+		if en.owed > 0 {
+			byShard[en.shard] = append(byShard[en.shard], en)
+		}
 	}
 	for _, entries := range byShard {
 		for len(entries) > 0 {
-			n := min(len(entries), 256)
-			keys := make([]string, 0, n)
-			args := make([]any, 0, 1+4*n)
+			chunk := entries[:min(len(entries), 256)]
+			entries = entries[len(chunk):]
+			keys := make([]string, 0, len(chunk))
+			args := make([]any, 0, 1+4*len(chunk))
 			args = append(args, 0)
-			for _, en := range entries[:n] {
+			for _, en := range chunk {
 				keys = append(keys, en.key)
-				args = append(args, en.tokens, en.limit.Rate, en.limit.Burst, en.limit.PeriodMicros())
+				args = append(args, en.owed, en.limit.Rate, en.limit.Burst, en.limit.PeriodMicros())
 			}
-			entries = entries[n:]
 			ctx, cancel := context.WithTimeout(context.Background(), b.e.settings.redisTimeout)
-			// Best effort: if Redis fails again, the breaker opens on the
-			// next decision and those tokens stay with the node's share.
-			_ = lua.Debit.Run(ctx, b.client, keys, args...).Err()
+			err := lua.Debit.Run(ctx, b.client, keys, args...).Err()
 			cancel()
+			if err != nil {
+				// Owed still: the next recovery (or heartbeat) debits it.
+				for _, en := range chunk {
+					b.journal.add(en)
+				}
+			}
 		}
 	}
 }
@@ -92,26 +180,36 @@ type journalEntry struct {
 	shard  string // the shard's key prefix: one debit call per shard
 	key    string
 	limit  *policy.Limit // the bucket's limit in its shard
-	tokens int64
+	tokens int64         // admitted on the node's own
+	// owed is what a debit that failed left to debit: tokens already
+	// weighed against the local bucket's lack (recovered).
+	owed int64
+	// tenant names the tenant whose local bucket stood in for key; empty
+	// for the global level.
+	tenant string
 }
 
 const maxJournal = 10_000
 
-func (j *journal) add(shard, key string, lim *policy.Limit, tokens int64) {
+// add notes what add.tokens admitted for add.key (and what it owes).
+func (j *journal) add(add journalEntry) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.entries == nil {
 		j.entries = map[string]*journalEntry{}
 	}
-	en := j.entries[key]
+	en := j.entries[add.key]
 	if en == nil {
 		if len(j.entries) >= maxJournal {
 			return
 		}
-		en = &journalEntry{shard: shard, key: key, limit: lim}
-		j.entries[key] = en
+		add.tenant = strings.Clone(add.tenant) // a request's: it may be a view of a larger buffer
+		en = &add
+		j.entries[add.key] = en
+		return
 	}
-	en.tokens += tokens
+	en.tokens += add.tokens
+	en.owed += add.owed
 }
 
 func (j *journal) empty() bool {
@@ -275,6 +373,38 @@ func (b *breaker) waitUs(now int64) int64 {
 // fleet is what the heartbeats say about the plane's nodes.
 type fleet struct {
 	nodes atomic.Int64 // live nodes, this one included; at least 1
+	// fewerSince is when the liveness counts started to say fewer nodes
+	// than nodes (µs; 0 while they do not).
+	fewerSince atomic.Int64
+}
+
+// count takes a count n of the live nodes at now and reports whether
+// nodes changed. More nodes count at once; fewer only once the counts have
+// said so for hold (two of the nodes' beats: each live node beats in
+// that time): a Redis that restarted empty, or lost its liveness keys,
+// counts each node alone until the others beat again, and a node that
+// took that for the fleet's size would enforce, degraded or in
+// local-reconciled, up to the whole of every limit. A node that leaves or
+// dies is counted out that much later.
+func (f *fleet) count(n, now, hold int64) bool {
+	n = max(n, 1)
+	switch cur := f.nodes.Load(); {
+	case n == cur:
+		f.fewerSince.Store(0)
+		return false
+	case n < cur:
+		since := f.fewerSince.Load()
+		if since == 0 {
+			f.fewerSince.Store(now)
+			return false
+		}
+		if now-since < hold {
+			return false
+		}
+	}
+	f.fewerSince.Store(0)
+	f.nodes.Store(n)
+	return true
 }
 
 // heartbeatLoop beats while the plane is in central mode and resizes this
@@ -292,8 +422,7 @@ func (b *central) heartbeatLoop(stop <-chan struct{}) {
 			n, err := lua.Heartbeat.Run(ctx, b.client, []string{fleetKey},
 				b.e.nodeID, strconv.FormatInt((3*s.heartbeatInterval).Milliseconds(), 10)).Int64()
 			cancel()
-			if err == nil && n >= 1 && n != b.fleet.nodes.Load() {
-				b.fleet.nodes.Store(n)
+			if err == nil && b.fleet.count(n, b.e.clock(), (2*s.heartbeatInterval).Microseconds()) {
 				b.e.reshare()
 			}
 			if err == nil && !b.breaker.open.Load() && !b.journal.empty() {

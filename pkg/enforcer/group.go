@@ -270,7 +270,7 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 			case !admitted:
 				for i := range ds[:len(rs)] {
 					if ds[i].Level == LevelNone {
-						ds[i] = Decision{Allow: true, Cost: g.cost[i]} // passed its small levels; not decided further
+						ds[i] = Decision{Allow: true, Cost: g.cost[i], policy: snap.plane} // passed its small levels; not decided further
 					}
 				}
 				return false, nil

@@ -217,6 +217,16 @@ func (l *limiter) settle(now int64) {
 	l.refill(now)
 }
 
+// lack settles l at now and returns the whole tokens it lacks of a full
+// bucket, rounded up (central.recovered). 0 for a window or no limit.
+func (l *limiter) lack(now int64) int64 {
+	if l.lim == nil || l.window != nil {
+		return 0
+	}
+	l.refill(now)
+	return (l.capacity() - l.level + l.periodUs - 1) / l.periodUs
+}
+
 // never reports whether cost can never pass this limiter, however long one waits.
 func (l *limiter) never(cost int64) bool {
 	if l.window != nil {

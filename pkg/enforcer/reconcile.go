@@ -296,10 +296,11 @@ func (r *reconciler) reconcile() {
 	r.fleet.Store(&fleetDemand{byTenant: byTenant, at: now})
 	r.stats.fleetLevel.Store(level)
 	levels, _ := reply[5].([]any)
-	if old := e.central.fleet.nodes.Swap(nodes); old != nodes {
+	if e.central.fleet.count(nodes, now, (2 * interval).Microseconds()) {
 		e.reshare() // the even part of every limiter is 1/nodes
 		snap = e.snap.Load()
 	}
+	nodes = e.central.fleet.nodes.Load()
 	r.applyBuckets(snap, pushed, levels, nodes, now)
 	even := 1 / float64(nodes)
 	share := even

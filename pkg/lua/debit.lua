@@ -1,8 +1,9 @@
 -- debit.lua: debit tokens from token buckets that decide.lua keeps, after
--- refilling them to now; a bucket is never taken below empty. The engine
--- uses it to carry what a node admitted on its own (while Redis was
--- unreachable) into the fleet's buckets when Redis is back, so that the
--- return to central decisions is not a burst of over-admission.
+-- refilling them to now; a bucket is never taken below minus its burst (a
+-- debt, which decide.lua refills as any level). The engine uses it to
+-- carry what a node took on its own (while Redis was unreachable) into the
+-- fleet's buckets when Redis is back, so that the return to central
+-- decisions is not a burst of over-admission.
 --
 -- KEYS[i]  a bucket (see decide.lua for the format); all keys share one
 --          hash tag
@@ -39,7 +40,7 @@ for i, key in ipairs(KEYS) do
     if rate > 0 then level = math.min(level + (now - last) * rate, cap) end
     last = now
   end
-  level = math.max(level - tokens * per, 0)
+  level = math.max(level - tokens * per, -cap)
   local value = struct.pack('<i8i8i8i8', level, last, per, rate)
   local ms = 7 * 24 * 3600 * 1000 -- rate 0: as decide.lua
   if rate > 0 then ms = math.ceil((cap - level) / rate / 1000) + 1000 end
