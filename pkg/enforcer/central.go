@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,7 +121,6 @@ func newCentral(e *Engine, c redis.UniversalClient) *central {
 		stop:    make(chan struct{}),
 	}
 	b.breaker.init(s.breakerThreshold, s.breakerCooldown)
-	b.fleet.nodes.Store(1)
 	return b
 }
 
@@ -518,13 +518,12 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 	}
 	var reply redis.Error
 	switch {
-	case errors.As(err, &reply):
+	case errors.As(err, &reply) && !storeFault(err):
 		// Redis answered, with an error: a bug or bad data in this batch,
 		// not an outage. Its calls get the failure mode; the breaker does
 		// not open for the whole plane. But a probe answered so does not
-		// show Redis back (a restarted Redis answers LOADING, say): the
-		// breaker probes again after its cooldown, instead of staying in
-		// probing, shut, for good.
+		// show Redis back: the breaker probes again after its cooldown,
+		// instead of staying in probing, shut, for good.
 		b.stats.failures.Add(1)
 		b.breaker.probeFailed(b.e.clock())
 	case err != nil: // decided set the err of every call it could not decide
@@ -538,6 +537,17 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 			b.breaker.recoveryDone()
 		})
 	}
+}
+
+// storeFault says whether err is Redis answering that it cannot serve the
+// engine at all: a wrong password, no permission, out of memory, a
+// read-only replica, a Redis still loading, a busy script. That is an
+// outage as much as no answer is (the breaker opens, the node reports
+// itself degraded): every coded error but the generic ERR, which a bad
+// call or bad data gives (a script's runtime error).
+func storeFault(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && !strings.HasPrefix(reply.Error(), "ERR ")
 }
 
 // decided sets the calls' replies from one script call's, or their err.

@@ -275,6 +275,10 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 	e.queue.init(s.maxQueue)
 	if e.redis != nil {
 		e.central = newCentral(e, e.redis)
+		// Until a heartbeat counts the fleet, it is as large as the plane
+		// asks for: a node that cannot reach Redis from the start must not
+		// take itself for the whole fleet (fleet.count).
+		e.central.fleet.nodes.Store(max(1, int64(p.Spec().Enforcer.MinReplicas)))
 		e.central.breaker.onChange = func(open bool, err error) { e.degradedChanged(policy.ModeCentral, open, err) }
 		e.reconciler = newReconciler(e)
 	}

@@ -141,7 +141,7 @@ const (
 
 func newReconciler(e *Engine) *reconciler {
 	r := &reconciler{e: e, seq: time.Now().UnixMicro(), demands: map[string]float64{}}
-	r.share.Store(math.Float64bits(1))
+	r.evenShare()
 	return r
 }
 
@@ -160,6 +160,7 @@ func (r *reconciler) reset() {
 	r.pushed, r.admitted, r.offered = pl.admitted, pl.admitted, pl.offered
 	pl.mu.Unlock()
 	r.pending, r.lastRun, r.demand, r.unfair = 0, 0, 0, 0
+	r.evenShare()
 	r.unconfirmed, r.pendingBuckets = false, nil
 	clear(r.demands)
 	// What the limiters counted in another mode is not this mode's to push.
@@ -173,6 +174,14 @@ func (r *reconciler) reset() {
 }
 
 func (r *reconciler) fraction() float64 { return math.Float64frombits(r.share.Load()) }
+
+// evenShare makes the node's share an even one of the fleet, as the plane
+// asks for it (minReplicas) or the heartbeats last counted it, until a
+// reconcile sizes it: a node that cannot reach Redis from the start must
+// not enforce the whole plane.
+func (r *reconciler) evenShare() {
+	r.share.Store(math.Float64bits(1 / float64(max(r.e.central.fleet.nodes.Load(), 1))))
+}
 
 // loop runs reconciles at the policy's interval (New runs the first)
 // while the plane is in local-reconciled mode (modeLoops), until stop
