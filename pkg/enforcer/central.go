@@ -119,6 +119,9 @@ func newCentral(e *Engine, c redis.UniversalClient) *central {
 // start starts the workers and the background loops of both distributed
 // backends; each idles while the plane is in another mode.
 func (b *central) start() {
+	if b.e.settings.steppedReconcile {
+		return // a simulation runs the reconciles in its own time (sim.go)
+	}
 	for range b.e.settings.redisConcurrency {
 		b.workers.Go(b.batchLoop)
 	}
