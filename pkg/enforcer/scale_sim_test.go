@@ -254,7 +254,15 @@ func (r *simResult) log(t testing.TB, c simConfig) {
 	for _, l := range lines {
 		t.Log("sim: " + l)
 	}
+	t.Logf("row: | %d | %d | %s | %s | %.1f | %.0f | %.0f | %+.1f%% | %+.1f%% | %.1f%% / %.1f%% / %.0f%% | %.1f | %.0f | %.0f / %.0f | %.2f |",
+		c.Nodes, c.Tenants, c.Routing, c.Duration, r.Wall.Seconds(), r.PeakRSSMB, float64(r.Decisions), 100*r.Overage, 100*r.Steady,
+		100*f.P50, 100*f.P90, 100*f.P99, perReconcile(r.RedisCalls), perReconcile(r.RedisUsec), perReconcile(r.BytesToRedis),
+		perReconcile(r.BytesFromRedis), float64(r.RedisUsec)/1e6/c.Duration.Seconds())
 }
+
+// simTableHeader heads the rows simResult.log writes.
+const simTableHeader = `| nodes | tenants | routing | virtual | wall s | peak RSS MB | decisions | overage (run) | overage (after warmup) | abs(admitted − fair) / fair p50 / p90 / p99 | Redis commands / reconcile | Redis µs / reconcile | bytes to / from Redis / reconcile | Redis CPU s / virtual s |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|`
 
 // TestScaleSim: 10 nodes, 10,000 Zipf tenants, 16 s of virtual time at
 // twice the global limit, by round robin. The fleet admits within
@@ -323,6 +331,9 @@ func TestScaleSimLarge(t *testing.T) {
 		Routing: cmp.Or(os.Getenv("QUOTAPLANE_SIM_ROUTING"), "round-robin"), Fairness: cmp.Or(os.Getenv("QUOTAPLANE_SIM_FAIRNESS"), "maxmin")}
 	if !slices.Contains(load.Routings, c.Routing) {
 		t.Fatalf("QUOTAPLANE_SIM_ROUTING=%q: want one of %v", c.Routing, load.Routings)
+	}
+	if os.Getenv("QUOTAPLANE_SIM_HEADER") == "1" {
+		t.Log("row: " + strings.ReplaceAll(simTableHeader, "\n", "\nrow: "))
 	}
 	runSim(t, c).log(t, c)
 }
