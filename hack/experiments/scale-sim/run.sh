@@ -4,7 +4,7 @@
 # redis-server, in virtual time: pkg/load's Zipf profile (s = 1.2, 20
 # whales, seed 002's tier mix 1/19/80%) over TENANTS tenants, every one of
 # them unknown to the plane (its tier's defaults), offers RATE reads/s
-# (cost 1) against a global limit of GLOBAL tokens/s for SECONDS of virtual
+# (cost 1) against a global limit of GLOBAL tokens/s for VIRTUAL_SECONDS of virtual
 # time, WARMUP of it left out of the per-tenant counts; every node
 # reconciles every 200 ms of the same virtual time, staggered. The plane is
 # experiment 5's (weighted max-min, shareBy tenant) in local-reconciled
@@ -17,7 +17,7 @@
 # the end. Raw output in RESULTS.
 #
 #   RESULTS=/tmp/quotaplane-experiments/scale-sim
-#   TENANTS=1000000 GLOBAL=20000 RATE=40000 SECONDS=30 WARMUP=10
+#   TENANTS=1000000 GLOBAL=20000 RATE=40000 VIRTUAL_SECONDS=30 WARMUP=10
 #   NODES_LIST="1 10 30 100" PINNED_NODES=100 (empty: no pinned run)
 set -euo pipefail
 
@@ -27,22 +27,24 @@ RESULTS="${RESULTS:-/tmp/quotaplane-experiments/scale-sim}"
 TENANTS="${TENANTS:-1000000}"
 GLOBAL="${GLOBAL:-20000}"
 RATE="${RATE:-40000}"
-SECONDS_="${SECONDS:-30}"
+VIRTUAL_SECONDS="${VIRTUAL_SECONDS:-30}"
 WARMUP="${WARMUP:-10}"
 NODES_LIST="${NODES_LIST:-1 10 30 100}"
 PINNED_NODES="${PINNED_NODES-100}"
 
 mkdir -p "$RESULTS"
+rm -f "$RESULTS"/*.txt
 go test -c -o "$RESULTS/enforcer.test" ./pkg/enforcer/
 
 run() { # name nodes routing
 	local name=$1 nodes=$2 routing=$3
 	echo "== $name: $nodes nodes, $routing" >&2
 	QUOTAPLANE_SIM=1 QUOTAPLANE_SIM_NODES=$nodes QUOTAPLANE_SIM_ROUTING=$routing QUOTAPLANE_SIM_TENANTS=$TENANTS \
-		QUOTAPLANE_SIM_GLOBAL=$GLOBAL QUOTAPLANE_SIM_RATE=$RATE QUOTAPLANE_SIM_SECONDS=$SECONDS_ QUOTAPLANE_SIM_WARMUP=$WARMUP \
+		QUOTAPLANE_SIM_GLOBAL=$GLOBAL QUOTAPLANE_SIM_RATE=$RATE QUOTAPLANE_SIM_SECONDS=$VIRTUAL_SECONDS QUOTAPLANE_SIM_WARMUP=$WARMUP \
 		QUOTAPLANE_SIM_HEADER=${HEADER:-0} \
 		/usr/bin/time -f "process: %e s wall, %M KB max RSS" \
-		"$RESULTS/enforcer.test" -test.run '^TestScaleSimLarge$' -test.v -test.timeout 60m >"$RESULTS/$name.txt" 2>&1
+		"$RESULTS/enforcer.test" -test.run '^TestScaleSimLarge$' -test.v -test.timeout 60m >"$RESULTS/$name.txt" 2>&1 ||
+		{ cat "$RESULTS/$name.txt" >&2; exit 1; }
 	grep -o 'sim: .*\|process: .*' "$RESULTS/$name.txt" >&2
 }
 
@@ -57,5 +59,5 @@ for n in $PINNED_NODES; do
 done
 
 echo
-echo "== the table ($TENANTS tenants, global $GLOBAL tokens/s, offered $RATE reads/s, ${SECONDS_} s virtual, ${WARMUP} s warmup)"
+echo "== the table ($TENANTS tenants, global $GLOBAL tokens/s, offered $RATE reads/s, ${VIRTUAL_SECONDS} s virtual, ${WARMUP} s warmup)"
 cat "$RESULTS"/round-robin-*.txt "$RESULTS"/pinned-*.txt 2>/dev/null | grep -o 'row: .*' | sed 's/^row: //' | awk '!seen[$0]++'
