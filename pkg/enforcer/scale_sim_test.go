@@ -236,7 +236,7 @@ func (r *simResult) log(t testing.TB, c simConfig) {
 	f := r.Fairness
 	lines := []string{
 		c.String(),
-		fmt.Sprintf("wall %s (reconciles %s), peak RSS %.0f MB, %d decisions, %d tenants active (of %d), at most %d tenant states on a node",
+		fmt.Sprintf("wall %s (reconciles %s), peak RSS %.0f MB, %d decisions, %d tenants active after the warmup (of %d), at most %d tenant states on a node",
 			r.Wall.Round(time.Millisecond), r.ReconcileWall.Round(time.Millisecond), r.PeakRSSMB, r.Decisions, r.ActiveTenants, c.Tenants, r.NodeTenantsMax),
 		fmt.Sprintf("capped demand %.2f× the global limit; overage %+.2f%% whole run, %+.2f%% after the warmup, worst second %+.2f%%",
 			r.CappedDemand, 100*r.Overage, 100*r.Steady, 100*r.WorstSecond),

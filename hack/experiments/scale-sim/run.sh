@@ -60,4 +60,6 @@ done
 
 echo
 echo "== the table ($TENANTS tenants, global $GLOBAL tokens/s, offered $RATE reads/s, ${VIRTUAL_SECONDS} s virtual, ${WARMUP} s warmup)"
-cat "$RESULTS"/round-robin-*.txt "$RESULTS"/pinned-*.txt 2>/dev/null | grep -o 'row: .*' | sed 's/^row: //' | awk '!seen[$0]++'
+for name in $(for n in $NODES_LIST; do echo "round-robin-$n"; done) $(for n in $PINNED_NODES; do echo "pinned-$n"; done); do
+	grep -o 'row: .*' "$RESULTS/$name.txt" | sed 's/^row: //'
+done
