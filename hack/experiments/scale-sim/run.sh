@@ -6,7 +6,7 @@
 # them unknown to the plane (its tier's defaults), offers RATE reads/s
 # (cost 1) against a global limit of GLOBAL tokens/s for VIRTUAL_SECONDS of virtual
 # time, WARMUP of it left out of the per-tenant counts; every node
-# reconciles every 200 ms of the same virtual time, staggered. The plane is
+# reconciles every INTERVAL_MS of the same virtual time, staggered. The plane is
 # experiment 5's (weighted max-min, shareBy tenant) in local-reconciled
 # mode (pkg/enforcer/scale_sim_test.go, simPlane).
 #
@@ -19,6 +19,7 @@
 #   RESULTS=/tmp/quotaplane-experiments/scale-sim
 #   TENANTS=1000000 GLOBAL=20000 RATE=40000 VIRTUAL_SECONDS=30 WARMUP=10
 #   NODES_LIST="1 10 30 100" PINNED_NODES=100 (empty: no pinned run)
+#   INTERVAL_MS=200 (the plane's reconcileInterval)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -31,6 +32,7 @@ VIRTUAL_SECONDS="${VIRTUAL_SECONDS:-30}"
 WARMUP="${WARMUP:-10}"
 NODES_LIST="${NODES_LIST:-1 10 30 100}"
 PINNED_NODES="${PINNED_NODES-100}"
+INTERVAL_MS="${INTERVAL_MS:-200}"
 
 mkdir -p "$RESULTS"
 rm -f "$RESULTS"/*.txt
@@ -41,6 +43,7 @@ run() { # name nodes routing
 	echo "== $name: $nodes nodes, $routing" >&2
 	QUOTAPLANE_SIM=1 QUOTAPLANE_SIM_NODES=$nodes QUOTAPLANE_SIM_ROUTING=$routing QUOTAPLANE_SIM_TENANTS=$TENANTS \
 		QUOTAPLANE_SIM_GLOBAL=$GLOBAL QUOTAPLANE_SIM_RATE=$RATE QUOTAPLANE_SIM_SECONDS=$VIRTUAL_SECONDS QUOTAPLANE_SIM_WARMUP=$WARMUP \
+		QUOTAPLANE_SIM_INTERVAL_MS=$INTERVAL_MS \
 		QUOTAPLANE_SIM_HEADER=${HEADER:-0} \
 		/usr/bin/time -f "process: %e s wall, %M KB max RSS" \
 		"$RESULTS/enforcer.test" -test.run '^TestScaleSimLarge$' -test.v -test.timeout 60m >"$RESULTS/$name.txt" 2>&1 ||
@@ -59,7 +62,7 @@ for n in $PINNED_NODES; do
 done
 
 echo
-echo "== the table ($TENANTS tenants, global $GLOBAL tokens/s, offered $RATE reads/s, ${VIRTUAL_SECONDS} s virtual, ${WARMUP} s warmup)"
+echo "== the table ($TENANTS tenants, global $GLOBAL tokens/s, offered $RATE reads/s, ${VIRTUAL_SECONDS} s virtual, ${WARMUP} s warmup, reconcile ${INTERVAL_MS} ms)"
 for name in $(for n in $NODES_LIST; do echo "round-robin-$n"; done) $(for n in $PINNED_NODES; do echo "pinned-$n"; done); do
 	grep -o 'row: .*' "$RESULTS/$name.txt" | sed 's/^row: //'
 done
