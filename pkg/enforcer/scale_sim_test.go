@@ -44,7 +44,7 @@ import (
 // No limit may be too small to split over the nodes (hybrid.go decides
 // those in Redis, at Redis TIME, which virtual time cannot drive): every
 // tenant burst holds at least one request per node.
-func simPlane(t testing.TB, globalRate, nodes int, interval time.Duration, fairness string) *policy.Policy {
+func simPlane(t testing.TB, globalPerSec, nodes int, interval time.Duration, fairness string) *policy.Policy {
 	return policytest.Compile(t, fmt.Sprintf(`
 apiVersion: quotaplane.io/v1alpha1
 kind: QuotaPlane
@@ -61,16 +61,16 @@ spec:
     - {name: enterprise, weight: 8, floorPercent: 40, tenant: {rate: 5000, burst: %d}}
     - {name: standard, weight: 4, floorPercent: 25, tenant: {rate: 500, burst: %d}}
     - {name: free, weight: 1, floorPercent: 5, hard: true, tenant: {rate: 50, burst: %d}}
-`, interval, globalRate, globalRate, fairness, max(5000, nodes), max(500, nodes), max(50, nodes)))
+`, interval, globalPerSec, globalPerSec, fairness, max(5000, nodes), max(500, nodes), max(50, nodes)))
 }
 
 // simConfig is one simulated run.
 type simConfig struct {
 	Nodes, Tenants int
-	// GlobalRate is the plane's global limit, tokens/s; Rate the offered
-	// requests/s (reads of cost 1: tokens).
-	GlobalRate       int
-	Rate             float64
+	// GlobalPerSec is the plane's global limit, tokens/s; OfferedPerSec
+	// the offered requests/s (reads of cost 1: tokens).
+	GlobalPerSec     int
+	OfferedPerSec    float64
 	Duration, Warmup time.Duration
 	Interval         time.Duration
 	Routing          string // load.Routings
@@ -84,7 +84,7 @@ type simConfig struct {
 
 func (c simConfig) String() string {
 	s := fmt.Sprintf("%d nodes, %d tenants, %s virtual (warmup %s), %s, reconcile %s, global %d/s, offered %.0f/s, fairness %s",
-		c.Nodes, c.Tenants, c.Duration, c.Warmup, c.Routing, c.Interval, c.GlobalRate, c.Rate, c.Fairness)
+		c.Nodes, c.Tenants, c.Duration, c.Warmup, c.Routing, c.Interval, c.GlobalPerSec, c.OfferedPerSec, c.Fairness)
 	if c.Frozen {
 		s += ", frozen (no reconcile after the first)"
 	}
@@ -124,8 +124,8 @@ type steppedFleet struct {
 	start    time.Time
 	interval time.Duration
 	frozen   bool
-	step     int64 // the next reconcile's number
-	wall     time.Duration
+	step     int64         // the next reconcile's number
+	wall     time.Duration // real time spent in reconciles
 }
 
 func (f *steppedFleet) Decide(ctx context.Context, node int, now time.Time, r *enforcer.Request) (enforcer.Decision, error) {
@@ -150,11 +150,11 @@ func runSim(t testing.TB, c simConfig) *simResult {
 	t.Helper()
 	srv := redistest.Start(t)
 	client := srv.Client()
-	p := simPlane(t, c.GlobalRate, c.Nodes, c.Interval, c.Fairness)
+	p := simPlane(t, c.GlobalPerSec, c.Nodes, c.Interval, c.Fairness)
 	built, err := load.Profile{
 		Seed: 1, Tenants: c.Tenants, Enterprise: c.Tenants / 100, Standard: c.Tenants * 19 / 100, // seed 002's 1/19/80%
 		ZipfS: 1.2, Whales: 20, KeysPerTenant: 1, Endpoints: []load.Endpoint{{Name: "read", Share: 1}},
-		Rate: c.Rate, Duration: c.Duration,
+		Rate: c.OfferedPerSec, Duration: c.Duration,
 	}.Build()
 	if err != nil {
 		t.Fatal(err)
@@ -199,13 +199,13 @@ func runSim(t testing.TB, c simConfig) *simResult {
 	for _, s := range res.Seconds {
 		out.Decisions += s.Offered
 	}
-	rate := float64(global.Rate) / global.Period.Seconds()
+	globalPerSec := float64(global.Rate) / global.Period.Seconds()
 	var steady int64
 	for _, s := range res.Seconds[int(c.Warmup.Seconds()):] {
 		steady += s.AdmittedTokens
-		out.WorstSecond = max(out.WorstSecond, float64(s.AdmittedTokens)/rate-1)
+		out.WorstSecond = max(out.WorstSecond, float64(s.AdmittedTokens)/globalPerSec-1)
 	}
-	out.Steady = float64(steady)/(rate*res.Measured) - 1
+	out.Steady = float64(steady)/(globalPerSec*res.Measured) - 1
 	if out.Fairness, err = load.CompareFairShares(p, load.RowsFromResult(res), 1, 101); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func runSim(t testing.TB, c simConfig) *simResult {
 	for _, tr := range out.Fairness.Tiers {
 		capped += tr.DemandPerSec
 	}
-	out.CappedDemand = capped / rate
+	out.CappedDemand = capped / globalPerSec
 	out.TierAdmitted = map[string]float64{}
 	for name, tc := range res.Tiers {
 		out.TierAdmitted[name] = float64(tc.AdmittedTokens) / res.Measured
@@ -276,7 +276,7 @@ func TestScaleSim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seconds")
 	}
-	roundRobin := simConfig{Nodes: 10, Tenants: 10_000, GlobalRate: 2_000, Rate: 4_000, Duration: 16 * time.Second, Warmup: 8 * time.Second,
+	roundRobin := simConfig{Nodes: 10, Tenants: 10_000, GlobalPerSec: 2_000, OfferedPerSec: 4_000, Duration: 16 * time.Second, Warmup: 8 * time.Second,
 		Interval: 200 * time.Millisecond, Routing: "round-robin", Fairness: "maxmin"}
 	frozen, unfair := roundRobin, roundRobin
 	frozen.Frozen = true
@@ -325,8 +325,8 @@ func TestScaleSimLarge(t *testing.T) {
 		}
 		return n
 	}
-	c := simConfig{Nodes: num("NODES", 100), Tenants: num("TENANTS", 1_000_000), GlobalRate: num("GLOBAL", 20_000),
-		Rate: float64(num("RATE", 40_000)), Duration: time.Duration(num("SECONDS", 60)) * time.Second,
+	c := simConfig{Nodes: num("NODES", 100), Tenants: num("TENANTS", 1_000_000), GlobalPerSec: num("GLOBAL", 20_000),
+		OfferedPerSec: float64(num("RATE", 40_000)), Duration: time.Duration(num("SECONDS", 60)) * time.Second,
 		Warmup: time.Duration(num("WARMUP", 20)) * time.Second, Interval: time.Duration(num("INTERVAL_MS", 200)) * time.Millisecond,
 		Routing: cmp.Or(os.Getenv("QUOTAPLANE_SIM_ROUTING"), "round-robin"), Fairness: cmp.Or(os.Getenv("QUOTAPLANE_SIM_FAIRNESS"), "maxmin")}
 	if !slices.Contains(load.Routings, c.Routing) {
