@@ -127,6 +127,9 @@ func newCentral(e *Engine, c redis.UniversalClient) *central {
 // start starts the batch workers and the upstream gate's loop, which run
 // for the engine's life, and the loops of the mode in force (modeLoops).
 func (b *central) start() {
+	if b.e.settings.steppedReconcile {
+		return // a simulation runs the reconciles in its own time (sim.go)
+	}
 	for range b.e.settings.redisConcurrency {
 		b.workers.Go(b.batchLoop)
 	}

@@ -104,6 +104,10 @@ type settings struct {
 	breakerThreshold  int
 	breakerCooldown   time.Duration
 	heartbeatInterval time.Duration
+	// steppedReconcile: the caller runs local-reconciled's reconciles at
+	// the engine's clock (withSteppedReconcile, sim.go); no background
+	// loop runs.
+	steppedReconcile bool
 }
 
 // Option configures an Engine.

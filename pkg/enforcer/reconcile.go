@@ -249,7 +249,11 @@ func (r *reconciler) reconcile() {
 	args := []any{e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
 		interval.Microseconds()}
 	keys, records := bucketArgs(r.pendingBuckets, []string{prefix + "g", prefix + "nodes", prefix + "rc", prefix + "td:" + e.nodeID})
-	args = append(args, records)
+	scriptNow := int64(0) // Redis TIME: one clock for the fleet
+	if e.settings.steppedReconcile {
+		scriptNow = now // the caller's virtual time (sim.go)
+	}
+	args = append(args, records, scriptNow)
 	busiest := r.busiest()
 	for _, b := range busiest {
 		args = append(args, b.ts.name, int64(b.demand), b.weight)

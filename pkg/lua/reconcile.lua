@@ -34,7 +34,12 @@
 --          tokens the node admitted at the level since its last push, and
 --          its demand on the level (thousandths of a token per second),
 --          for KEYS[5..]
--- ARGV[12..] triples of tenant name, the node's demand for it (tokens/s)
+-- ARGV[12] now in µs, or 0 to read Redis TIME (what production does: one
+--          clock for the fleet). A given now is a simulation's virtual
+--          time, which does not pass at Redis's pace: the keys' expiries,
+--          in Redis's real time, are then at least an hour, and liveness
+--          and the freshness of demand reports follow the given time alone.
+-- ARGV[13..] triples of tenant name, the node's demand for it (tokens/s)
 --          and its fairness weight: the node's busiest tenants
 -- KEYS[5..] the lower-level buckets of ARGV[11], named as decide.lua names
 --          them (a mode change keeps their state); each has a demand
@@ -61,11 +66,17 @@
 -- Complexity: O(T log T + B + expired nodes), T the tenants all live nodes
 -- pushed (at most 128 each), B the buckets of this push.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now_ms = math.floor(now / 1000)
 local node, seq, tokens, admit_rate, demand, ttl =
   ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local now = tonumber(ARGV[12])
+local hold = 0 -- ms: the least expiry of every key written (see ARGV[12])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  hold = 3600000
+end
+local now_ms = math.floor(now / 1000)
 local rate, burst, per = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
 -- liveness: record this node, forget the expired ones
@@ -74,7 +85,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms)) do
   redis.call('HDEL', KEYS[3], 's:' .. dead, 'd:' .. dead, 'r:' .. dead, 't:' .. dead)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[2], math.max(ttl, hold))
 
 -- the global bucket, refilled to now
 local cap = burst * per
@@ -103,7 +114,7 @@ end
 -- later push pays for must count from now, not from that push.
 local value = struct.pack('<i8i8i8i8', level, last, per, rate)
 local ms = 7 * 24 * 3600 * 1000 -- rate 0: as decide.lua
-if rate > 0 then ms = math.ceil((ceiling - level) / rate / 1000) + 1000 end
+if rate > 0 then ms = math.max(math.ceil((ceiling - level) / rate / 1000) + 1000, hold) end
 redis.call('SET', KEYS[1], value, 'PX', string.format('%d', ms))
 redis.call('HSET', KEYS[3], 'r:' .. node, admit_rate, 't:' .. node, now)
 if demand >= 0 then
@@ -128,14 +139,14 @@ if known > 0 then fleet = fleet * #live / known end
 -- Tenant demands: this node's replace its last ("demand:weight"), then
 -- the fleet's, summed over the live nodes.
 local names, fields = {}, {}
-for i = 12, #ARGV, 3 do
+for i = 13, #ARGV, 3 do
   names[#names + 1] = ARGV[i]
   fields[#fields + 1], fields[#fields + 2] = ARGV[i], ARGV[i + 1] .. ':' .. ARGV[i + 2]
 end
 redis.call('DEL', KEYS[4])
 if #names > 0 then
   redis.call('HSET', KEYS[4], unpack(fields))
-  redis.call('PEXPIRE', KEYS[4], ttl)
+  redis.call('PEXPIRE', KEYS[4], math.max(ttl, hold))
 end
 local td = string.sub(KEYS[4], 1, #KEYS[4] - #node)
 local sums, weights, order = {}, {}, {}
@@ -197,7 +208,7 @@ for i = 5, #KEYS do
     end
     if fresh then l = math.max(l - btokens * bper, -bcap) end
     local bms = 7 * 24 * 3600 * 1000
-    if brate > 0 then bms = math.ceil((bceil - l) / brate / 1000) + 1000 end
+    if brate > 0 then bms = math.max(math.ceil((bceil - l) / brate / 1000) + 1000, hold) end
     redis.call('SET', key, struct.pack('<i8i8i8i8', l, at, bper, brate), 'PX', string.format('%d', bms))
     blevel = l
   end
@@ -205,7 +216,7 @@ for i = 5, #KEYS do
   -- is the sum over the nodes that reported within the liveness ttl
   local dkey = key .. ':n'
   redis.call('HSET', dkey, node, bdemand .. ':' .. now_ms)
-  redis.call('PEXPIRE', dkey, ttl)
+  redis.call('PEXPIRE', dkey, math.max(ttl, hold))
   local all, d = redis.call('HGETALL', dkey), 0
   for j = 1, #all, 2 do
     local r, at = string.match(all[j + 1], '^(%d+):(%d+)$')
@@ -219,5 +230,5 @@ for i = 5, #KEYS do
   levels[#levels + 1] = d
 end
 
-redis.call('PEXPIRE', KEYS[3], math.max(ttl, 600000))
+redis.call('PEXPIRE', KEYS[3], math.max(ttl, 600000, hold))
 return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals, water, levels}
