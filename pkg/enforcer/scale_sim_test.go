@@ -403,8 +403,9 @@ func peakRSSMB() float64 {
 
 // TestSteppedReconcileVirtualTime: a stepped fleet's liveness follows the
 // engines' virtual clock, not Redis's: of two nodes, the one that stops
-// reconciling is counted out once three intervals of virtual time pass,
-// though only milliseconds of real time do.
+// reconciling is counted out once three intervals of virtual time pass
+// and two more confirm it (fleet.count), though only milliseconds of real
+// time do.
 func TestSteppedReconcileVirtualTime(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := &atomic.Int64{}
@@ -421,6 +422,11 @@ func TestSteppedReconcileVirtualTime(t *testing.T) {
 		t.Fatalf("node a counts %d nodes, want 2", n)
 	}
 	clock.Add((time.Second).Microseconds()) // b's liveness (600ms) ends
+	a.StepReconcile()
+	if n := a.BackendStatus().Nodes; n != 2 {
+		t.Fatalf("node a counts %d nodes as soon as b's liveness ends; want 2, held for two intervals", n)
+	}
+	clock.Add((400 * time.Millisecond).Microseconds()) // the hold of a smaller count (two intervals)
 	a.StepReconcile()
 	if n := a.BackendStatus().Nodes; n != 1 {
 		t.Fatalf("a second of virtual time later node a counts %d nodes, want 1 (b stopped reconciling)", n)
