@@ -84,6 +84,7 @@ func TestDefaultInstallsOnARealAPIServer(t *testing.T) {
 	checkPlane(t, root, namespace, enforcer)
 	checkLeaderElect(t, manager)
 	checkNetworkPolicy(t, m, namespace, enforcer)
+	checkRedisPolicy(t, m, namespace)
 	checkServices(t, m)
 	checkRBAC(t, m, namespace)
 	for _, u := range m.ofKind("Deployment") {
@@ -347,6 +348,41 @@ func checkNetworkPolicy(t *testing.T, m manifests, namespace string, enforcer *a
 	if !found {
 		t.Errorf("no NetworkPolicy in %s selects the enforcer pods (labels %v)", namespace, podLabels)
 	}
+}
+
+// checkRedisPolicy: when config/default renders the trial Redis, a
+// NetworkPolicy selects its pods and admits to it only the manager's and
+// the enforcers' pods.
+func checkRedisPolicy(t *testing.T, m manifests, namespace string) {
+	t.Helper()
+	redis, ok := m.get("Deployment", namespace, "quotaplane-redis")
+	if !ok {
+		return
+	}
+	var d appsv1.Deployment
+	convert(t, redis, &d)
+	want := []networkingv1.NetworkPolicyPeer{
+		{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": managerName}}},
+		{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": enforcerName}}},
+	}
+	for _, u := range m.ofKind("NetworkPolicy") {
+		var np networkingv1.NetworkPolicy
+		convert(t, u, &np)
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || np.Namespace != namespace || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			continue
+		}
+		if len(np.Spec.Ingress) != 1 || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			t.Fatalf("NetworkPolicy %s/%s: want one ingress rule, for Redis's port", np.Namespace, np.Name)
+		}
+		got, _ := yaml.Marshal(np.Spec.Ingress[0].From)
+		exp, _ := yaml.Marshal(want)
+		if !bytes.Equal(got, exp) {
+			t.Errorf("NetworkPolicy %s/%s admits to Redis:\n%s\nwant only the manager's and the enforcers' pods:\n%s", np.Namespace, np.Name, got, exp)
+		}
+		return
+	}
+	t.Errorf("no NetworkPolicy in %s selects the trial Redis's pods: anything in the cluster may reach it", namespace)
 }
 
 // ruleHasPort reports whether rule admits traffic to port; a rule without

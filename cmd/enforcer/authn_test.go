@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -229,5 +230,40 @@ func TestBeforeFirstPolicy(t *testing.T) {
 	p.waitServing(conn)
 	if err := grpcCall(conn, ""); err != nil {
 		t.Fatalf("ShouldRateLimit after the first policy: %v", err)
+	}
+}
+
+// TestRedisACLUser: the enforcer reaches a Redis that requires a user and
+// a password as that ACL user, the password read from a file (a mounted
+// Secret), as the manager does; the password appears nowhere in its
+// output.
+func TestRedisACLUser(t *testing.T) {
+	const user, password = "qp-enforcer", "acl-password-must-not-be-logged"
+	srv := redistest.Start(t, "--requirepass", "admin-password")
+	admin := srv.Client()
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", user, "on", ">"+password, "~qp:*", "resetchannels", "+@all", "-@admin").Err(); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(secret, []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := writePlane(t, planeYAML("", ""))
+	p := startEnforcer(t, dir, "-mode", "central", "-redis-addr", srv.Addr, "-redis-username", user, "-redis-password-file", secret)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.apiAddr+"/api/read", nil)
+	req.Header.Set("X-Tenant", "acme")
+	req.Header.Set("X-Api-Key", "k-acl")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("decision: %v, %v", resp, err)
+	}
+	resp.Body.Close()
+	// Decided in Redis, as the ACL user: the plane's global bucket is there.
+	keys, err := admin.Keys(context.Background(), "qp:*:g").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("no global bucket in Redis after a central decision (keys %v, %v): the enforcer did not reach Redis as %s", keys, err, user)
+	}
+	if out := p.output(); strings.Contains(out, password) {
+		t.Fatalf("the enforcer's output shows the Redis password:\n%s", out)
 	}
 }

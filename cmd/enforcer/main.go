@@ -14,7 +14,9 @@
 // mode local: no cluster, no Redis. With -redis-addr and -plane (and no
 // -policy) it follows the plane's policy in the Redis policy store, listening
 // at once and answering 503 (gRPC: Unavailable) until the first version
-// arrives.
+// arrives. It reaches Redis as the manager does (package redisconn): as
+// -redis-username, with the password of -redis-password-file (a mounted
+// Secret) or QUOTAPLANE_REDIS_PASSWORD.
 package main
 
 import (
@@ -34,7 +36,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/quotaplane/quotaplane/config/samples"
@@ -43,6 +44,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/envflag"
 	"github.com/quotaplane/quotaplane/pkg/gateway"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/redisconn"
 	"github.com/quotaplane/quotaplane/pkg/reload"
 	"github.com/quotaplane/quotaplane/pkg/server"
 	"github.com/quotaplane/quotaplane/pkg/store"
@@ -60,7 +62,7 @@ func main() {
 
 func run() error {
 	policyDir := flag.String("policy", envflag.String("QUOTAPLANE_POLICY", ""), "directory of quota YAML files, watched and read again every -reload-interval (default: the embedded sample plane, unless -redis-addr) [QUOTAPLANE_POLICY]")
-	redisAddr := flag.String("redis-addr", envflag.String("QUOTAPLANE_REDIS_ADDR", ""), "Redis host:port: the distributed modes' state, and, without -policy, the policy store [QUOTAPLANE_REDIS_ADDR; password in QUOTAPLANE_REDIS_PASSWORD]")
+	redisFlags := redisconn.Register(flag.CommandLine, "Redis host:port: the distributed modes' state, and, without -policy, the policy store")
 	plane := flag.String("plane", envflag.String("QUOTAPLANE_PLANE", ""), "the plane to load from the policy store, namespace/name [QUOTAPLANE_PLANE]")
 	nodeID := flag.String("node-id", envflag.String("QUOTAPLANE_NODE_ID", ""), "this enforcer's id in its fleet (default: host name and a random suffix) [QUOTAPLANE_NODE_ID]")
 	listen := flag.String("listen", envflag.String("QUOTAPLANE_LISTEN", ":8080"), "API listen address [QUOTAPLANE_LISTEN]")
@@ -110,8 +112,11 @@ func run() error {
 		opts = append(opts, enforcer.WithMaxKeys(*maxKeys))
 	}
 	var policies *store.Store
-	if *redisAddr != "" {
-		client := redis.NewClient(&redis.Options{Addr: *redisAddr, Password: os.Getenv("QUOTAPLANE_REDIS_PASSWORD"), ContextTimeoutEnabled: true})
+	if *redisFlags.Addr != "" {
+		client, _, err := redisFlags.Client()
+		if err != nil {
+			return err
+		}
 		defer client.Close()
 		opts = append(opts, enforcer.WithRedis(client))
 		if *policyDir == "" {

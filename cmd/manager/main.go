@@ -17,11 +17,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/redis/go-redis/v9"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -29,6 +27,7 @@ import (
 	"github.com/quotaplane/quotaplane/controllers"
 	"github.com/quotaplane/quotaplane/pkg/envflag"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/redisconn"
 )
 
 func main() {
@@ -40,17 +39,15 @@ func main() {
 
 func run() error {
 	var (
-		redisAddr    = flag.String("redis-addr", envflag.String("QUOTAPLANE_REDIS_ADDR", ""), "Redis host:port holding the policy store [QUOTAPLANE_REDIS_ADDR]")
-		redisUser    = flag.String("redis-username", envflag.String("QUOTAPLANE_REDIS_USERNAME", ""), "Redis ACL user [QUOTAPLANE_REDIS_USERNAME]")
-		passwordFile = flag.String("redis-password-file", envflag.String("QUOTAPLANE_REDIS_PASSWORD_FILE", ""), "file holding the Redis password, such as a mounted Secret (default: env QUOTAPLANE_REDIS_PASSWORD) [QUOTAPLANE_REDIS_PASSWORD_FILE]")
-		metricsAddr  = flag.String("metrics-bind-address", envflag.String("QUOTAPLANE_METRICS_BIND_ADDRESS", ":8080"), "where /metrics listens; 0 turns it off [QUOTAPLANE_METRICS_BIND_ADDRESS]")
-		probeAddr    = flag.String("health-probe-bind-address", envflag.String("QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS", ":8081"), "where /healthz and /readyz listen [QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS]")
-		leaderElect  = flag.Bool("leader-elect", envflag.Bool("QUOTAPLANE_LEADER_ELECT", false), "elect one active manager among replicas (a Lease) [QUOTAPLANE_LEADER_ELECT]")
-		leaderNS     = flag.String("leader-election-namespace", envflag.String("QUOTAPLANE_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader Lease (default: the pod's own) [QUOTAPLANE_LEADER_ELECTION_NAMESPACE]")
-		fleetEvery   = flag.Duration("fleet-interval", envflag.Duration("QUOTAPLANE_FLEET_INTERVAL", 5*time.Second), "how often enforcer reports are read and fleets resized [QUOTAPLANE_FLEET_INTERVAL]")
-		scaleDown    = flag.Duration("scale-down-delay", envflag.Duration("QUOTAPLANE_SCALE_DOWN_DELAY", 5*time.Minute), "how long a lower replica count must be wanted before a fleet shrinks [QUOTAPLANE_SCALE_DOWN_DELAY]")
-		resync       = flag.Duration("resync-interval", envflag.Duration("QUOTAPLANE_RESYNC_INTERVAL", 10*time.Second), "how often every plane is compiled and published again, so that a Redis that lost its data gets it back [QUOTAPLANE_RESYNC_INTERVAL]")
-		maxFleet     = flag.Int("max-enforcer-replicas", int(envflag.Int("QUOTAPLANE_MAX_ENFORCER_REPLICAS", controllers.DefaultMaxEnforcerReplicas)), "the most replicas the manager gives any plane's enforcer Deployment, whatever the plane asks [QUOTAPLANE_MAX_ENFORCER_REPLICAS]")
+		redisFlags  = redisconn.Register(flag.CommandLine, "Redis host:port holding the policy store")
+		metricsAddr = flag.String("metrics-bind-address", envflag.String("QUOTAPLANE_METRICS_BIND_ADDRESS", ":8080"), "where /metrics listens; 0 turns it off [QUOTAPLANE_METRICS_BIND_ADDRESS]")
+		probeAddr   = flag.String("health-probe-bind-address", envflag.String("QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS", ":8081"), "where /healthz and /readyz listen [QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS]")
+		leaderElect = flag.Bool("leader-elect", envflag.Bool("QUOTAPLANE_LEADER_ELECT", false), "elect one active manager among replicas (a Lease) [QUOTAPLANE_LEADER_ELECT]")
+		leaderNS    = flag.String("leader-election-namespace", envflag.String("QUOTAPLANE_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader Lease (default: the pod's own) [QUOTAPLANE_LEADER_ELECTION_NAMESPACE]")
+		fleetEvery  = flag.Duration("fleet-interval", envflag.Duration("QUOTAPLANE_FLEET_INTERVAL", 5*time.Second), "how often enforcer reports are read and fleets resized [QUOTAPLANE_FLEET_INTERVAL]")
+		scaleDown   = flag.Duration("scale-down-delay", envflag.Duration("QUOTAPLANE_SCALE_DOWN_DELAY", 5*time.Minute), "how long a lower replica count must be wanted before a fleet shrinks [QUOTAPLANE_SCALE_DOWN_DELAY]")
+		resync      = flag.Duration("resync-interval", envflag.Duration("QUOTAPLANE_RESYNC_INTERVAL", 10*time.Second), "how often every plane is compiled and published again, so that a Redis that lost its data gets it back [QUOTAPLANE_RESYNC_INTERVAL]")
+		maxFleet    = flag.Int("max-enforcer-replicas", int(envflag.Int("QUOTAPLANE_MAX_ENFORCER_REPLICAS", controllers.DefaultMaxEnforcerReplicas)), "the most replicas the manager gives any plane's enforcer Deployment, whatever the plane asks [QUOTAPLANE_MAX_ENFORCER_REPLICAS]")
 	)
 	// controller-runtime registers -kubeconfig on the default flag set.
 	flag.Parse()
@@ -59,21 +56,16 @@ func run() error {
 	slog.SetDefault(log)
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 
-	if *redisAddr == "" {
+	if *redisFlags.Addr == "" {
 		return errors.New("no Redis: set -redis-addr (or QUOTAPLANE_REDIS_ADDR) to the Redis that holds the policy store")
 	}
 	if *maxFleet < 1 || *maxFleet > policy.MaxReplicas {
 		return fmt.Errorf("-max-enforcer-replicas %d: use 1 to %d", *maxFleet, policy.MaxReplicas)
 	}
-	password := os.Getenv("QUOTAPLANE_REDIS_PASSWORD")
-	if *passwordFile != "" {
-		b, err := os.ReadFile(*passwordFile)
-		if err != nil {
-			return fmt.Errorf("read the Redis password: %w", err)
-		}
-		password = strings.TrimRight(string(b), "\r\n")
+	rdb, hasPassword, err := redisFlags.Client()
+	if err != nil {
+		return err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, Username: *redisUser, Password: password, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
 	cfg, err := ctrl.GetConfig()
@@ -106,7 +98,7 @@ func run() error {
 	}); err != nil {
 		return err
 	}
-	log.Info("manager starting", "redis", *redisAddr, "redisUser", *redisUser, "redisPassword", password != "",
+	log.Info("manager starting", "redis", *redisFlags.Addr, "redisUser", *redisFlags.Username, "redisPassword", hasPassword,
 		"leaderElect", *leaderElect, "metrics", *metricsAddr, "probes", *probeAddr, "fleetInterval", *fleetEvery, "scaleDownDelay", *scaleDown)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
