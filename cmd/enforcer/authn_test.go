@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -265,5 +266,71 @@ func TestRedisACLUser(t *testing.T) {
 	}
 	if out := p.output(); strings.Contains(out, password) {
 		t.Fatalf("the enforcer's output shows the Redis password:\n%s", out)
+	}
+}
+
+// TestAdminBeyondLoopback: an admin listener reachable beyond loopback
+// keeps the probes and /metrics open and answers /quota/debug (it shows
+// any tenant's live state) only to clients on loopback, unless
+// -admin-token-file is set, which then guards all but the probes.
+func TestAdminBeyondLoopback(t *testing.T) {
+	var outside string // an address of this host's that is not loopback
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && !ip.IP.IsLoopback() && ip.IP.To4() != nil {
+				outside = ip.IP.String()
+				break
+			}
+		}
+	}
+	if outside == "" {
+		t.Skip("this host has no address but loopback")
+	}
+	dir := writePlane(t, planeYAML("", ""))
+	get := func(p *process, host, path, token string) int {
+		t.Helper()
+		_, port, _ := net.SplitHostPort(p.adminAddr)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+net.JoinHostPort(host, port)+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Every interface, on a free port.
+	open := func() string { return strings.Replace(freeAddr(t), "127.0.0.1", "0.0.0.0", 1) }
+
+	p := startEnforcer(t, dir, "-admin-listen", open())
+	for _, c := range []struct {
+		host, path string
+		want       int
+	}{
+		{outside, "/readyz", 200}, {outside, "/metrics", 200}, {outside, "/quota/debug?tenant=acme", 403},
+		{"127.0.0.1", "/quota/debug?tenant=acme", 200},
+	} {
+		if got := get(p, c.host, c.path, ""); got != c.want {
+			t.Errorf("no token file: GET %s from %s = %d, want %d", c.path, c.host, got, c.want)
+		}
+	}
+
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("admin-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q := startEnforcer(t, dir, "-admin-listen", open(), "-admin-token-file", tokens)
+	for _, c := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/readyz", "", 200}, {"/metrics", "", 401}, {"/quota/debug?tenant=acme", "", 401},
+		{"/metrics", "admin-token-0123456789", 200}, {"/quota/debug?tenant=acme", "admin-token-0123456789", 200}, {"/quota/debug?tenant=acme", "wrong", 401},
+	} {
+		if got := get(q, outside, c.path, c.token); got != c.want {
+			t.Errorf("with a token file: GET %s (token %q) = %d, want %d", c.path, c.token, got, c.want)
+		}
 	}
 }

@@ -26,12 +26,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -73,6 +75,8 @@ func run() error {
 	authFlags(&grpcAuth, "grpc-", "QUOTAPLANE_GRPC_", "gRPC")
 	adminListen := flag.String("admin-listen", envflag.String("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
 		"admin listen address: /healthz, /readyz, /metrics, /quota/debug; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
+	adminTokenFile := flag.String("admin-token-file", envflag.String("QUOTAPLANE_ADMIN_TOKEN_FILE", ""),
+		"require on the admin listener, but for /healthz and /readyz, \"Authorization: Bearer <token>\" with a token of this file (one per line); without it, /quota/debug answers only clients on loopback [QUOTAPLANE_ADMIN_TOKEN_FILE]")
 	reloadEvery := flag.Duration("reload-interval", envflag.Duration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
 		"how often -policy DIR is read again besides its file watch [QUOTAPLANE_RELOAD_INTERVAL]")
 	var o policy.Overrides
@@ -147,8 +151,12 @@ func run() error {
 	// Listen at once: until the first policy is in force, /healthz says the
 	// process lives and everything else is 503 (server.Deferred), and gRPC
 	// answers Unavailable with health NOT_SERVING.
+	adminTokens, err := authn.Config{TokenFile: *adminTokenFile}.Tokens()
+	if err != nil {
+		return fmt.Errorf("-admin-token-file: %w", err)
+	}
 	var apiHandler, adminHandler server.Deferred
-	api, admin := newServer(*listen, authn.HTTP(&apiHandler, apiTokens)), newServer(*adminListen, &adminHandler)
+	api, admin := newServer(*listen, authn.HTTP(&apiHandler, apiTokens)), newServer(*adminListen, guardAdmin(&adminHandler, adminTokens))
 	api.TLSConfig = apiTLS
 	var engine *enforcer.Engine
 	errc := make(chan error, 3)
@@ -309,6 +317,34 @@ func httpAuth(c authn.Config) (*tls.Config, *authn.Tokens, error) {
 		return nil, nil, err
 	}
 	return tlsConfig, tokens, nil
+}
+
+// guardAdmin guards the admin listener: the probes (/healthz, /readyz)
+// are open to all; with tokens, everything else requires one; without,
+// /metrics is open (Prometheus, which the manifests' NetworkPolicy lets
+// in) and /quota/debug, which shows any tenant's live state, answers only
+// clients on loopback (a shell in the pod, kubectl port-forward).
+func guardAdmin(next http.Handler, tokens *authn.Tokens) http.Handler {
+	guarded := authn.HTTP(next, tokens)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz":
+			next.ServeHTTP(w, r)
+		case tokens == nil && strings.HasPrefix(r.URL.Path, "/quota/") && !fromLoopback(r):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"error":"/quota/debug shows tenants' state: it answers clients on loopback (kubectl port-forward) or, with -admin-token-file, a bearer token"}`+"\n")
+		default:
+			guarded.ServeHTTP(w, r)
+		}
+	})
+}
+
+// fromLoopback says whether r came from a loopback address.
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
 }
 
 // newServer is an HTTP server with timeouts and a header size limit.

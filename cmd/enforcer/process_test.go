@@ -99,6 +99,12 @@ func startEnforcerEnv(t *testing.T, dir string, env []string, extra ...string) *
 	if dir != "" {
 		args = append(args, "-policy", dir, "-reload-interval", "1h")
 	}
+	for i := range extra {
+		if extra[i] == "-admin-listen" && i+1 < len(extra) { // reach it on loopback, whatever it binds
+			_, port, _ := net.SplitHostPort(extra[i+1])
+			p.adminAddr = "127.0.0.1:" + port
+		}
+	}
 	p.cmd = exec.Command(enforcerBinary(t), append(args, extra...)...)
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
