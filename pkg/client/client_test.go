@@ -127,7 +127,7 @@ func TestDecideAgreesWithTheEngine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != want {
+		if !got.Same(&want) {
 			t.Errorf("request %d %+v:\n got %+v\nwant %+v", i, r, got, want)
 		}
 		if header.Get("RateLimit-Policy") == "" || header.Get("RateLimit") == "" {

@@ -292,7 +292,7 @@ func TestDecideAllAdmittedGroupIsItsRequestsInOrder(t *testing.T) {
 				t.Fatalf("DecideAllAt: %t, %v, %+v", allowed, err, ds)
 			}
 			for i, r := range rs {
-				if want := mustDecide(t, twin, now, r); !sameDecision(ds[i], want) {
+				if want := mustDecide(t, twin, now, r); !ds[i].Same(&want) {
 					t.Errorf("request %d: group %+v, alone %+v", i, ds[i], want)
 				}
 			}
@@ -359,7 +359,7 @@ func TestDecideAllOneIsDecide(t *testing.T) {
 				switch {
 				case werr != nil && (!errors.As(gerr, &re) || re.Index != 0 || re.Err.Error() != werr.Error()):
 					t.Fatalf("step %d %+v: Decide's error %v, the group's %v", step, r, werr, gerr)
-				case werr == nil && (gerr != nil || !sameDecision(ds[0], want) || allowed != want.Allow):
+				case werr == nil && (gerr != nil || !ds[0].Same(&want) || allowed != want.Allow):
 					t.Fatalf("step %d %+v: Decide %+v, the group %t %+v %v", step, r, want, allowed, ds[0], gerr)
 				}
 			}

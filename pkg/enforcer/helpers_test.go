@@ -40,10 +40,3 @@ spec:
 `
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
-// sameDecision says two engines' decisions agree in everything but the
-// policy each carries (its own engine's).
-func sameDecision(a, b Decision) bool {
-	a.policy, b.policy = nil, nil
-	return a == b
-}

@@ -84,7 +84,16 @@ type Decision struct {
 	policy *policy.Policy
 }
 
-// Policy is the plane's policy d was made under (nil for a zero Decision).
+// Same reports whether d and o say the same, whatever policy each was made
+// under (two engines' decisions, a decision and its copy over the wire).
+func (d *Decision) Same(o *Decision) bool {
+	a, b := *d, *o
+	a.policy, b.policy = nil, nil
+	return a == b
+}
+
+// Policy is the plane's policy d was made under (nil for a zero Decision
+// and one read from the wire).
 func (d *Decision) Policy() *policy.Policy { return d.policy }
 
 // Limits returns the limits r meets at each level (indexed as Levels; nil
