@@ -11,6 +11,8 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 # The newest kustomize v5 that Go 1.26 builds (v5.8.3 needs Go 1.27).
 KUSTOMIZE_VERSION ?= v5.8.2
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK ?= $(LOCALBIN)/staticcheck-$(STATICCHECK_VERSION)
 
 GO ?= go
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
@@ -73,8 +75,9 @@ verify: $(CONTROLLER_GEN) ## Rerun every generator and the sample check; fail if
 	@$(MAKE) --no-print-directory check
 
 .PHONY: lint
-lint: ## go vet and gofmt.
+lint: $(STATICCHECK) ## go vet, staticcheck and gofmt.
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
 		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
@@ -122,3 +125,8 @@ $(KUSTOMIZE):
 	mkdir -p $(LOCALBIN)
 	GOBIN=$(LOCALBIN) $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	mv $(LOCALBIN)/kustomize $(KUSTOMIZE)
+
+$(STATICCHECK):
+	mkdir -p $(LOCALBIN)
+	GOBIN=$(LOCALBIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(LOCALBIN)/staticcheck $(STATICCHECK)

@@ -328,7 +328,7 @@ func readSecretKey(ctx context.Context, r client.Reader, ns, name, key string) (
 	}
 	v, ok := s.Data[key]
 	if !ok {
-		return "", fmt.Errorf("Secret %s/%s has no entry %q", ns, name, key)
+		return "", fmt.Errorf("the Secret %s/%s has no entry %q", ns, name, key)
 	}
 	return strings.TrimSuffix(strings.TrimSuffix(string(v), "\n"), "\r"), nil
 }

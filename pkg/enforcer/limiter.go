@@ -410,13 +410,6 @@ func (l *limiter) bucketWaitUs(need, now int64) int64 {
 // shortfall is how many whole tokens cost lacks.
 func (l *limiter) shortfall(cost int64) int64 { return max(cost-l.remaining(), 0) }
 
-// takeIfActive debits cost when the limiter is in force.
-func (l *limiter) takeIfActive(cost int64, now int64) {
-	if l.active() && cost > 0 {
-		l.take(cost, now)
-	}
-}
-
 // shareBucket paces a tenant at its fair share while the plane is contended.
 // Shares change every fairness tick, so it counts in float64 tokens.
 type shareBucket struct {

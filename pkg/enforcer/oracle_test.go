@@ -465,35 +465,6 @@ func (b *orcLimiter) clone() *orcLimiter {
 	return &c
 }
 
-func (m *orcModel) windowFloor(r Request) int64 {
-	ts := m.tenants[r.Tenant]
-	if ts == nil {
-		return 0
-	}
-	var floor int64
-	if ts.limit != nil && ts.limit.window() {
-		floor = ts.limit.seen
-	}
-	if i, ok := m.p.EndpointIndex(r.Endpoint); ok && ts.endpoints[i] != nil && ts.endpoints[i].window() {
-		floor = max(floor, ts.endpoints[i].seen)
-	}
-	if kl := ts.keys[r.APIKey]; r.APIKey != "" && kl != nil && kl.window() {
-		floor = max(floor, kl.seen)
-	}
-	return floor
-}
-
-// debt is what the tenant owes the pool.
-func (m *orcModel) debt(name string, now int64) int64 {
-	ts := m.tenants[name]
-	if ts == nil || ts.allowance == nil || !ts.allowance.started {
-		return 0
-	}
-	a := *ts.allowance
-	a.settle(now)
-	return a.lim.Burst - orcFloor(a.tokens())
-}
-
 // dump describes the state a request touches, for failure messages.
 func (m *orcModel) dump(r Request, now int64) string {
 	var sb strings.Builder

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -250,20 +249,6 @@ func propHammer(t *testing.T, e *Engine, workers, each int, tenant func(w, i int
 		t.Fatal(err)
 	}
 	return allowed, deniedAt
-}
-
-// propRaceEnabled says whether the test binary was built with -race.
-func propRaceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" && s.Value == "true" {
-			return true
-		}
-	}
-	return false
 }
 
 // TestConcurrentGlobalAdmitsExactlyBurst: 64 goroutines race for a global

@@ -380,17 +380,6 @@ func (t *serviceTracker) dequeued(flow int, cost float64) error {
 	return err
 }
 
-// removed tells the tracker that Remove took items of flow away. Items
-// removed from a flow do not count as service.
-func (t *serviceTracker) removed(flow int, count int) {
-	t.queued[flow] -= count
-	if t.queued[flow] == 0 {
-		for other := range t.weights {
-			t.inInterval[min(flow, other)][max(flow, other)] = false
-		}
-	}
-}
-
 // checkLongRunShares compares the service each flow received with MaxMin's
 // allocation of the total service among the same weights with unbounded
 // demand (i.e. in proportion to weight), to within relative tolerance.

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -50,7 +51,7 @@ func run() error {
 	)
 	flag.Parse()
 	if *policyDir == "" || flag.NArg() == 0 {
-		return fmt.Errorf("usage: analyze -policy DIR name=RUNDIR...")
+		return errors.New("usage: analyze -policy DIR name=RUNDIR …")
 	}
 	p, err := policy.LoadDir(*policyDir)
 	if err != nil {
