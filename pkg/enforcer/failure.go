@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -40,12 +41,7 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision, journ
 		return err
 	}
 	if d.Allow && journal {
-		prefix := c.snap.shardPrefixes[c.shard]
-		global, _ := b.shardLimits(c.snap, c.shard)
-		b.journal.add(prefix, prefix+"g", global, d.Cost)
-		if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
-			b.journal.add(prefix, c.keys[0], t, d.Cost-d.Borrowed)
-		}
+		b.journalAdmitted(c, d)
 	}
 	return nil
 }
@@ -57,25 +53,22 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision, journ
 // full after a restart), so that central decisions resume without a burst
 // of over-admission. One debit call per shard and 256 buckets.
 func (b *central) recovered() {
-	byShard := map[string][]journalEntry{}
+	byShard := map[keyspace.Prefix][]journalEntry{}
 	for _, en := range b.journal.take() {
 		byShard[en.shard] = append(byShard[en.shard], en)
 	}
 	for _, entries := range byShard {
 		for len(entries) > 0 {
 			n := min(len(entries), 256)
-			keys := make([]string, 0, n)
-			args := make([]any, 0, 1+4*n)
-			args = append(args, 0)
+			levels := &lua.Levels{}
 			for _, en := range entries[:n] {
-				keys = append(keys, en.key)
-				args = append(args, en.tokens, en.limit.Rate, en.limit.Burst, en.limit.PeriodMicros())
+				levels.Add(en.level, limitOf(en.limit), en.tokens)
 			}
 			entries = entries[n:]
 			ctx, cancel := context.WithTimeout(context.Background(), b.e.settings.redisTimeout)
 			// Best effort: if Redis fails again, the breaker opens on the
 			// next decision and those tokens stay with the node's share.
-			_ = lua.Debit.Run(ctx, b.client, keys, args...).Err()
+			_ = lua.Debit.RunCall(ctx, b.client, lua.DebitCall(levels, 0)).Err()
 			cancel()
 		}
 	}
@@ -85,31 +78,31 @@ func (b *central) recovered() {
 // beyond maxJournal buckets, only the global level is noted.
 type journal struct {
 	mu      sync.Mutex
-	entries map[string]*journalEntry
+	entries map[keyspace.Level]*journalEntry
 }
 
 type journalEntry struct {
-	shard  string // the shard's key prefix: one debit call per shard
-	key    string
+	shard  keyspace.Prefix // one debit call per shard
+	level  keyspace.Level
 	limit  *policy.Limit // the bucket's limit in its shard
 	tokens int64
 }
 
 const maxJournal = 10_000
 
-func (j *journal) add(shard, key string, lim *policy.Limit, tokens int64) {
+func (j *journal) add(shard keyspace.Prefix, level keyspace.Level, lim *policy.Limit, tokens int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.entries == nil {
-		j.entries = map[string]*journalEntry{}
+		j.entries = map[keyspace.Level]*journalEntry{}
 	}
-	en := j.entries[key]
+	en := j.entries[level]
 	if en == nil {
 		if len(j.entries) >= maxJournal {
 			return
 		}
-		en = &journalEntry{shard: shard, key: key, limit: lim}
-		j.entries[key] = en
+		en = &journalEntry{shard: shard, level: level, limit: lim}
+		j.entries[level] = en
 	}
 	en.tokens += tokens
 }
@@ -286,7 +279,7 @@ func (b *central) heartbeatLoop() {
 	for {
 		if snap := b.snap.Load(); snap != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
-			n, err := lua.Heartbeat.Run(ctx, b.client, []string{snap.redisPrefix + "nodes"},
+			n, err := lua.Heartbeat.Run(ctx, b.client, []string{snap.redisPrefix.Nodes()},
 				b.e.nodeID, strconv.FormatInt((3*s.heartbeatInterval).Milliseconds(), 10)).Int64()
 			cancel()
 			if err == nil && n >= 1 && n != b.fleet.nodes.Load() {
@@ -301,7 +294,7 @@ func (b *central) heartbeatLoop() {
 		case <-b.stop:
 			if snap := b.snap.Load(); snap != nil {
 				ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
-				_ = b.client.ZRem(ctx, snap.redisPrefix+"nodes", b.e.nodeID).Err() // leave the fleet at once
+				_ = b.client.ZRem(ctx, snap.redisPrefix.Nodes(), b.e.nodeID).Err() // leave the fleet at once
 				cancel()
 			}
 			return

@@ -2,9 +2,9 @@ package enforcer
 
 import (
 	"cmp"
-	"encoding/binary"
 	"slices"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -45,9 +45,9 @@ import (
 type levelBucket struct {
 	ts    *tenantState
 	level Level
-	ep    int    // LevelEndpoint: index in the tenant's endpoint limiters (its record's endpoints)
-	key   string // LevelKey: the api key
-	name  string // the fleet's bucket in Redis
+	ep    int            // LevelEndpoint: index in the tenant's endpoint limiters (its record's endpoints)
+	key   string         // LevelKey: the api key
+	at    keyspace.Level // the fleet's bucket in Redis
 	lim   *policy.Limit
 	// tokens is what the node admitted at the level since its last push,
 	// offered the cost of the requests that met it.
@@ -63,10 +63,6 @@ const maxReconciledBuckets = 4096
 // evenly whatever their demand: 2%, so a tenant whose requests all reach
 // one node of four gets 98.5% of its limit there.
 const levelPartFloor = 0.02
-
-// levelBucketFields is the int64 fields of a bucket's record in
-// reconcile.lua's ARGV[11].
-const levelBucketFields = 6
 
 // collectBuckets takes, from every tenant's limiters, what this push
 // carries: the tokens each admitted and was offered since the last push,
@@ -93,10 +89,10 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 				return
 			}
 			if holder == "" {
-				holder = lengthPrefixed(ts.name)
+				holder = keyspace.Holder(ts.name)
 			}
 			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, lim: l.lim,
-				name: levelName(prefix, level, holder, endpoint, key, l.lim), tokens: l.used, offered: l.offered})
+				at: levelAt(prefix, level, holder, endpoint, key, l.lim), tokens: l.used, offered: l.offered})
 			l.used, l.offered = 0, 0
 		}
 		add(&ts.limit, LevelTenant, -1, "", "")
@@ -116,33 +112,30 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 	for i := range out {
 		b := &out[i]
 		instant := float64(b.offered) / seconds
-		d, ok := r.demands[b.name]
+		d, ok := r.demands[b.at.Name]
 		if ok {
 			d += (instant - d) / 2
 		} else {
 			d = instant
 		}
-		r.demands[b.name], b.demand = d, d
+		r.demands[b.at.Name], b.demand = d, d
 	}
 	r.buckets = out
 	return out
 }
 
-// bucketArgs appends the push's buckets to reconcile.lua's keys and
-// returns their records (ARGV[11]).
-func bucketArgs(buckets []levelBucket, keys []string) ([]string, []byte) {
-	records := make([]byte, 0, len(buckets)*levelBucketFields*8)
-	for _, b := range buckets {
-		keys = append(keys, b.name)
-		alg := int64(lua.AlgorithmTokenBucket)
-		if b.lim.Algorithm == policy.SlidingWindow {
-			alg = lua.AlgorithmSlidingWindow
-		}
-		for _, v := range [levelBucketFields]int64{alg, b.lim.Rate, b.lim.Burst, b.lim.PeriodMicros(), b.tokens, int64(b.demand * 1000)} {
-			records = binary.LittleEndian.AppendUint64(records, uint64(v))
-		}
+// bucketLevels is reconcile.lua's KEYS, the first four keys given, and
+// its lower levels (ARGV[11] and ARGV[12]): the push's buckets.
+func bucketLevels(buckets []levelBucket, first ...string) *lua.Levels {
+	levels := &lua.Levels{}
+	for _, key := range first {
+		levels.Key(key)
 	}
-	return keys, records
+	for _, b := range buckets {
+		demand := levels.Key(keyspace.DemandRecord(b.at))
+		levels.Add(b.at, limitOf(b.lim), b.tokens, int64(b.demand*1000), demand)
+	}
+	return levels
 }
 
 // applyBuckets sizes each pushed bucket's part on this node from the
@@ -157,7 +150,7 @@ func (r *reconciler) applyBuckets(snap *snapshot, buckets []levelBucket, reply [
 		milli, _ := reply[2*i+1].(int64)
 		fleet := float64(milli) / 1000
 
-		seen[b.name] = struct{}{}
+		seen[b.at.Name] = struct{}{}
 		rate := perSecond(*b.lim)
 		idle := b.demand < 0.01*rate/float64(nodes) // nothing here worth a part of its own
 		part := levelPart(b.demand, max(fleet, b.demand), rate, nodes)
@@ -167,7 +160,7 @@ func (r *reconciler) applyBuckets(snap *snapshot, buckets []levelBucket, reply [
 			if idle {
 				l.fleet = false
 				l.setPart(snap.part, l.floor, now)
-				delete(r.demands, b.name)
+				delete(r.demands, b.at.Name)
 			} else {
 				l.fleet = true
 				l.setPart(part, l.floor, now)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
@@ -49,12 +50,12 @@ type snapshot struct {
 	// shareByTenant: contended capacity is shared among tenants by their
 	// weights (policy.ShareByTenant), not among tiers first.
 	shareByTenant bool
-	mode          string // the plane's backend: local, central or local-reconciled
-	failureMode   string // what the distributed backends do while Redis is unavailable
-	redisPrefix   string // the prefix of the plane's Redis keys (planeKey)
+	mode          string          // the plane's backend: local, central or local-reconciled
+	failureMode   string          // what the distributed backends do while Redis is unavailable
+	redisPrefix   keyspace.Prefix // the prefix of the plane's Redis keys
 	// shardPrefixes are the key prefixes of the plane's shards (shards.go);
 	// one, redisPrefix, unless the plane is split.
-	shardPrefixes []string
+	shardPrefixes []keyspace.Prefix
 	denyUnknown   bool
 	denyEndpoint  bool
 	// bound: the plane binds api keys to tenants (policy.KeyBindingBound).
@@ -156,7 +157,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		shareByTenant: spec.SharesByTenant(),
 		mode:          spec.Mode,
 		failureMode:   spec.FailureMode,
-		redisPrefix:   planeKey(p),
+		redisPrefix:   keyspace.PlanePrefix(p.ID()),
 		shardPrefixes: shardPrefixes(p),
 		denyUnknown:   spec.UnknownTenants == "deny",
 		denyEndpoint:  spec.UnknownEndpoints == "deny",

@@ -2,48 +2,42 @@
 -- refilling them to now; a bucket is never taken below empty. The engine
 -- uses it to carry what a node admitted on its own (while Redis was
 -- unreachable) into the fleet's buckets when Redis is back, so that the
--- return to central decisions is not a burst of over-admission.
+-- return to central decisions is not a burst of over-admission. bucket.lua
+-- comes in front of it.
 --
--- KEYS[i]  a bucket (see decide.lua for the format); all keys share one
---          hash tag
+-- KEYS     the keys that hold the buckets (pkg/keyspace), each once; all
+--          share one hash tag
 -- ARGV[1]  now in µs, or 0 for Redis TIME
--- ARGV[1+4(i-1)+1..4]  bucket i: tokens to debit, rate, burst, period µs
+-- ARGV[2]  the buckets, each once: records of 9 little-endian int64,
+--          bucket.lua's 8 (algorithm 1, rate, burst, period µs, the index
+--          in KEYS of the bucket's key, the offset and length of its field
+--          in ARGV[3], the next level of the same hash), then the tokens
+--          to debit
+-- ARGV[3]  the records' fields, concatenated
 --
 -- Returns each bucket's whole tokens left after the debit.
 --
 -- Side effects: writes each bucket with an expiry at the time it would be
 -- full again (rate 0: a week), as decide.lua does.
 --
--- Complexity: O(#KEYS).
+-- Complexity: O(records).
 
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
+use_levels(ARGV[2], 9, ARGV[3])
 local out = {}
-for i, key in ipairs(KEYS) do
-  local a = 1 + 4 * (i - 1)
-  local tokens, rate, burst, per = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+for i = 1, level_count() do
+  local _, rate, burst, per = level_limit(i)
+  local tokens = extra(i, '<i8')
   local cap = burst * per
-  local level, last = cap, now
-  local v = redis.call('GET', key)
-  if v and #v == 32 then
-    local l, t, p = struct.unpack('<i8i8i8i8', v)
-    if p ~= per then
-      if l >= burst * p then l = cap else l = math.floor(l * per / p) end
-    end
-    level, last = math.min(l, cap), t
-  end
+  local level, last = read_bucket(stored(i), rate, burst, per, cap)
+  if not level then level, last = cap, now end
   if now > last then
     if rate > 0 then level = math.min(level + (now - last) * rate, cap) end
     last = now
   end
   level = math.max(level - tokens * per, 0)
-  local value = struct.pack('<i8i8i8i8', level, last, per, rate)
-  local ms = 7 * 24 * 3600 * 1000 -- rate 0: as decide.lua
-  if rate > 0 then ms = math.ceil((cap - level) / rate / 1000) + 1000 end
-  redis.call('SET', key, value, 'PX', string.format('%d', ms))
+  write_bucket(i, level, last, rate, per, now, full_ms(cap, level, rate, 1000))
   out[i] = math.floor(level / per)
 end
+flush(now)
 return out

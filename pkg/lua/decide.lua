@@ -4,33 +4,40 @@
 -- endpoint limit and the api key limit, and the request's fair share
 -- when the plane is contended. It is the Go engine's decision
 -- (pkg/enforcer, decideLocked) in Lua: the same integer arithmetic, the
--- same order, the same answers.
+-- same order, the same answers. bucket.lua comes in front of it.
 --
--- KEYS     the distinct keys the batch touches, each once: KEYS[1] is the
---          global bucket, KEYS[2] the burst pool (any name without a
---          pool), KEYS[3] the demand counter (see ARGV[4]). All keys share
---          one hash tag: one call, one cluster slot. A global with no limit
---          (algorithm 0) is no level: the batch is decided at the levels
---          below it (local-reconciled's limits too small to split over its
---          nodes, pkg/enforcer hybrid.go).
+-- KEYS     the distinct keys the batch touches, each once: KEYS[1] the
+--          global bucket, KEYS[2] the burst pool (any name without a pool),
+--          KEYS[3] the demand counter (see ARGV[4]), then the tenants'
+--          hashes and the keys of api key buckets and windows
+--          (pkg/keyspace). All keys share one hash tag: one call, one
+--          cluster slot.
 -- ARGV[1]  now in µs, or 0 to read Redis TIME (what production does: one
 --          clock for the whole fleet; a given time is for simulations and
 --          tests that replay the Go engine)
--- ARGV[2]  the limit on each key: #KEYS records of 4 little-endian int64,
+-- ARGV[2]  the levels, each once: records of 8 little-endian int64,
 --          algorithm (0 none, 1 token bucket, 2 sliding window, 3 share
---          bucket), rate, burst, period µs
+--          bucket), rate, burst, period µs, the index in KEYS of the key
+--          that holds it, the offset and length of its field in ARGV[5]
+--          (length 0: the whole key) and the next level of the same hash
+--          (bucket.lua's Levels). Level 1 is the global bucket
+--          (KEYS[1]), level 2 the burst pool (KEYS[2]). A global with no
+--          limit (algorithm 0) is no level: the batch is decided at the
+--          levels below it (local-reconciled's limits too small to split
+--          over its nodes, pkg/enforcer hybrid.go).
 -- ARGV[3]  the requests: records of 9 little-endian int64, cost, reserve
 --          (token·µs of the global bucket the request must leave: tier
 --          floors, or the part kept for tenants within their fair share),
---          may borrow (0|1), then the indexes in KEYS of its tenant limit,
---          borrow allowance, endpoint limit and api key limit (0: the
---          level has no limit), then its group: 0 for a request decided
+--          may borrow (0|1), then the indexes in ARGV[2] of its tenant
+--          limit, borrow allowance, endpoint limit and api key limit (0:
+--          the level has no limit), then its group: 0 for a request decided
 --          alone; requests in a row with the same group (not 0) are one
 --          group, decided all or nothing (see Groups); then the index in
---          KEYS of its tenant's share bucket (0: the tenant is not paced)
+--          ARGV[2] of its tenant's share bucket (0: the tenant is not paced)
 -- ARGV[4]  1 to add the batch's cost, admitted or not, to the demand
 --          counter (a plane split into shards rebalances their parts of the
 --          global limit by it); 0 not to
+-- ARGV[5]  the levels' fields, concatenated
 --
 -- Returns {now, then per request 7 integers: allowed (0|1), level (0 none,
 -- 1 global, 2 tenant, 3 endpoint, 4 key), reason (0 none, 1 global,
@@ -44,18 +51,20 @@
 -- µs), so refill is exact integer arithmetic. Policy bounds burst × period
 -- to 2^53, where doubles are still exact integers.
 --
--- State: a bucket is 32 bytes, four little-endian int64: level in
--- token·µs, last refill µs, and the period and rate it was written with
--- (binary: packing and unpacking is C, where formatting and parsing text is
--- Lua and garbage); a missing bucket is full. A bucket read with another
--- period has its tokens rescaled (to within a token: doubles), and one read
--- with another rate or period is written back, so that its expiry follows
--- the limit in force. A sliding window is a list of "at:cost" entries, oldest first; a
--- missing window is empty. A key is read at most once per call, when a
--- request first needs it, and written at most once, when a request debited
--- it, with an expiry at the time it would be full (or empty) again, when
--- losing it changes nothing. A bucket with rate 0 never refills; it expires
--- a week after its last debit.
+-- State: a bucket as bucket.lua keeps it, a whole key (the global bucket,
+-- the pool, an api key's) or a field of its tenant's hash (the tenant,
+-- allowance, share and endpoint buckets; a field missing from its hash is
+-- read from where the previous layout kept it); a missing bucket is full.
+-- A bucket read with another rate or period is written back, so that its
+-- expiry follows the limit in force. A sliding window is a list of
+-- "at:cost" entries, oldest first; a missing window is empty. A level is
+-- read at most once per call, when a request first needs it (a tenant's
+-- hash with all the fields the call names of it), and written at most
+-- once, when a request debited it (a hash once, with every field that
+-- changed), with an expiry at the time it would be full (or empty) again,
+-- when losing it changes nothing (a hash: the latest of its fields'). A
+-- bucket with rate 0 never refills; it expires a week after its last
+-- debit.
 --
 -- Share buckets pace a tenant at its weighted fair share of the contended
 -- global rate, fleet-wide (pkg/enforcer, central_fair.go): a token bucket
@@ -91,12 +100,7 @@
 
 local HOUR = 3600000000
 local INF = math.huge
-local unpack4 = '<i8i8i8i8'
 local unpack_request = '<i8i8i8i8i8i8i8i8i8'
-local BUCKET_FORMAT = '<i8i8i8i8'
--- a bucket of a limit that never refills (rate 0) expires after a week
--- without a debit: state for holders requests name must not live forever
-local NO_REFILL_TTL_MS = 7 * 24 * 3600 * 1000
 -- a share bucket stays this long after it would be full again
 local SHARE_LINGER_MS = 60000
 
@@ -107,59 +111,29 @@ local SHARE = 13
 -- windows: BUCKET false, then
 local SUM, HEAD, AT, COST, LOADED, LATEST = 2, 3, 4, 5, 6, 7
 
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local limits, requests = ARGV[2], ARGV[3]
+local now = clock(ARGV[1])
+use_levels(ARGV[2], 8, ARGV[5])
+local requests = ARGV[3]
 
--- floor(a / b) for integers a ≥ 0, b > 0 up to 2^53, exactly: the float
--- quotient is off by at most one.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+local states = {} -- index in levels -> state, loaded on first use
 
-local states = {} -- index in KEYS -> state, loaded on first use
-
--- level returns the state of KEYS[i], or nil when i is 0 or it has no limit;
--- cost is the request that needs it first (a missing share bucket holds
--- what it needs).
+-- level returns the state of level i, or nil when i is 0 or it has no
+-- limit; cost is the request that needs it first (a missing share bucket
+-- holds what it needs).
 local function level(i, cost)
   if i == 0 then return nil end
   local s = states[i]
   if s then return s end
-  local alg, rate, burst, per = struct.unpack(unpack4, limits, 32 * (i - 1) + 1)
+  local alg, rate, burst, per = level_limit(i)
   if alg == 1 or alg == 3 then
     local cap = burst * per
     s = {true, cap, now, rate, burst, per, cap, 1 / per, (rate > 0) and math.ceil(cap / rate) or INF, false}
     if alg == 3 then s[SHARE], s[LEVEL] = true, math.min(cost or 0, burst) * per end
-    local v = redis.call('GET', KEYS[i])
-    if v and #v == 32 then
-      local l, t, p, r = struct.unpack(BUCKET_FORMAT, v)
-      if p ~= per then -- the period changed: rescale the tokens
-        if l >= burst * p then l = cap else l = math.floor(l * per / p) end
-      end
-      s[LEVEL], s[LAST] = math.min(l, cap), t
-      s[DIRTY] = p ~= per or r ~= rate
-    end
+    local l, last, rewrite = read_bucket(stored(i), rate, burst, per, cap)
+    if l then s[LEVEL], s[LAST], s[DIRTY] = l, last, rewrite end
   elseif alg == 2 then
-    s = {false, 0, 1, {}, {}, 0, 0, false, false, false, rate, per}
-    local at, cost = s[AT], s[COST]
-    local items = redis.call('LRANGE', KEYS[i], 0, -1)
-    for j, item in ipairs(items) do
-      local a, c = string.match(item, '^(%d+):(%d+)$')
-      at[j], cost[j] = tonumber(a), tonumber(c)
-      s[SUM] = s[SUM] + cost[j]
-      s[LATEST] = at[j]
-    end
-    s[LOADED] = #items
+    local at, costs, sum = read_window(level_key(i))
+    s = {false, sum, 1, at, costs, #at, at[#at] or 0, false, false, false, rate, per}
   else
     return nil
   end
@@ -292,7 +266,7 @@ local pool = level(2)
 -- request; nil outside a group.
 local saved = nil
 
--- use returns the state of KEYS[i] (as level) and, inside a group, saves it
+-- use returns the state of level i (as level) and, inside a group, saves it
 -- the first time the group touches it.
 local function use(i, cost)
   local s = level(i, cost)
@@ -442,24 +416,20 @@ if ARGV[4] == '1' then
   redis.call('PEXPIRE', KEYS[3], 86400000)
 end
 
--- Write back what changed, once per key.
+-- Write back what changed, once per level and hash.
 for i, s in pairs(states) do
   if s[DIRTY] then
     if s[BUCKET] then
-      local v = struct.pack(BUCKET_FORMAT, s[LEVEL], s[LAST], s[PER], s[RATE])
-      local ms = NO_REFILL_TTL_MS
-      if s[RATE] > 0 then
-        ms = math.ceil((s[CAP] - s[LEVEL]) / s[RATE] / 1000) + (s[SHARE] and SHARE_LINGER_MS or 1000)
-      end
-      redis.call('SET', KEYS[i], v, 'PX', string.format('%d', ms))
+      write_bucket(i, s[LEVEL], s[LAST], s[RATE], s[PER], now, full_ms(s[CAP], s[LEVEL], s[RATE], s[SHARE] and SHARE_LINGER_MS or 1000))
     else
-      local at, cost = s[AT], s[COST]
-      if s[HEAD] > 1 then redis.call('LTRIM', KEYS[i], s[HEAD] - 1, -1) end
+      local key, at, cost = level_key(i), s[AT], s[COST]
+      if s[HEAD] > 1 then redis.call('LTRIM', key, s[HEAD] - 1, -1) end
       for j = s[LOADED] + 1, #at do
-        redis.call('RPUSH', KEYS[i], string.format('%d:%d', at[j], cost[j]))
+        redis.call('RPUSH', key, string.format('%d:%d', at[j], cost[j]))
       end
-      redis.call('PEXPIRE', KEYS[i], string.format('%d', math.ceil(s[WPER] / 1000) + 1000))
+      redis.call('PEXPIRE', key, string.format('%d', math.ceil(s[WPER] / 1000) + 1000))
     end
   end
 end
+flush(now)
 return out

@@ -2,17 +2,21 @@
 -- spanning the shards of a plane (a Redis Cluster) could not keep: their
 -- shard admitted them, another shard denied its part of the group. Each
 -- record undoes one debit of one level: a bucket gets its tokens back, up
--- to its burst; a window loses the entry the debit added.
+-- to its burst; a window loses the entry the debit added. bucket.lua comes
+-- in front of it.
 --
--- KEYS[i]  the level of record i (a bucket or a window, as decide.lua keeps
---          them; a key may come more than once); all keys share one hash
---          tag
+-- KEYS     the keys that hold the levels (pkg/keyspace), each once; all
+--          share one hash tag
 -- ARGV[1]  now in µs, or 0 to read Redis TIME: when the buckets are
 --          brought up to before the tokens come back
 -- ARGV[2]  the time decide.lua decided at (its reply's first value), in µs
--- ARGV[3]  the records: #KEYS records of 5 little-endian int64, algorithm
---          (1 token bucket, 2 sliding window), rate, burst, period µs, and
---          the tokens to give back
+-- ARGV[3]  the records, one per debit (a level may come more than once):
+--          records of 9 little-endian int64, bucket.lua's 8 (algorithm
+--          1 token bucket or 2 sliding window, rate, burst, period µs, the
+--          index in KEYS of the level's key, the offset and length of its
+--          field in ARGV[4], the next level of the same hash), then the
+--          tokens to give back
+-- ARGV[4]  the records' fields, concatenated
 --
 -- Returns the number of records applied (a window whose entry is gone, as
 -- after it expired, applies none: there is nothing left to give back).
@@ -26,41 +30,29 @@
 -- entry), or one as old or older of the same cost, never a later one, so
 -- a refund never frees a window sooner than the debit's own entry would.
 --
--- Complexity: O(#KEYS) and, for a window, O(entries) ≤ its rate.
+-- Complexity: O(records) and, for a window, O(entries) ≤ its rate.
 
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local decided = tonumber(ARGV[2])
-local records = ARGV[3]
+use_levels(ARGV[3], 9, ARGV[4])
 local applied = 0
-for i, key in ipairs(KEYS) do
-  local alg, rate, burst, per, tokens = struct.unpack('<i8i8i8i8i8', records, 40 * (i - 1) + 1)
+for i = 1, level_count() do
+  local alg, rate, burst, per = level_limit(i)
+  local tokens = extra(i, '<i8')
   if alg == 1 then
     local cap = burst * per
-    local level, last = cap, now
-    local v = redis.call('GET', key)
-    if v and #v == 32 then
-      local l, t, p = struct.unpack('<i8i8i8i8', v)
-      if p ~= per then
-        if l >= burst * p then l = cap else l = math.floor(l * per / p) end
-      end
-      level, last = math.min(l, cap), t
-    end
+    local level, last = read_bucket(stored(i), rate, burst, per, cap)
+    if not level then level, last = cap, now end
     if now > last then
       if rate > 0 then level = math.min(level + (now - last) * rate, cap) end
       last = now
     end
     level = math.min(level + tokens * per, cap)
-    local ms = 7 * 24 * 3600 * 1000 -- rate 0: as decide.lua
-    if rate > 0 then ms = math.ceil((cap - level) / rate / 1000) + 1000 end
-    redis.call('SET', key, struct.pack('<i8i8i8i8', level, last, per, rate), 'PX', string.format('%d', ms))
+    write_bucket(i, level, last, rate, per, now, full_ms(cap, level, rate, 1000))
     applied = applied + 1
   elseif alg == 2 then
-    local items = redis.call('LRANGE', key, 0, -1)
-    for _, item in ipairs(items) do
+    local key = level_key(i)
+    for _, item in ipairs(redis.call('LRANGE', key, 0, -1)) do
       local a, c = string.match(item, '^(%d+):(%d+)$')
       if tonumber(a) >= decided and tonumber(c) == tokens then
         redis.call('LREM', key, 1, item)
@@ -70,4 +62,5 @@ for i, key in ipairs(KEYS) do
     end
   end
 end
+flush(now)
 return applied
