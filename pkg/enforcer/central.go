@@ -66,10 +66,10 @@ type centralCall struct {
 	tierRank  int // for the reserve the request must leave in the global bucket
 	mayBorrow bool
 	shard     int // the shard that decides it (shards.go)
-	// levels and limits of the tenant, borrow allowance, endpoint and api
-	// key; a nil limit means the level has no limit. They are the
+	// keys and limits of the tenant, borrow allowance, endpoint and api key
+	// levels; a nil limit means the level has no limit. They are the
 	// policy's, or a split tenant's part of them.
-	levels [4]keyspace.Level
+	keys   [4]string
 	limits [4]*policy.Limit
 	// share is the tenant's share bucket while the plane is contended
 	// (central_fair.go); aboveShare says its fleet demand is above it.
@@ -214,15 +214,15 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 			}
 		}
 	}
-	c.levels[0] = prefix.Tenant(holder, isWindow(t.Limit))
+	c.keys[0] = prefix.Tenant(holder, isWindow(t.Limit))
 	if c.limits[1] != nil {
-		c.levels[1] = prefix.Allowance(holder)
+		c.keys[1] = prefix.Allowance(holder)
 	}
 	if c.epLim != nil {
-		c.levels[2] = prefix.Endpoint(holder, endpointName, isWindow(c.epLim))
+		c.keys[2] = prefix.Endpoint(holder, endpointName, isWindow(c.epLim))
 	}
 	if c.keyLim != nil {
-		c.levels[3] = prefix.Key(holder, keyspace.KeyDigest(r.APIKey), isWindow(c.keyLim))
+		c.keys[3] = prefix.Key(holder, keyspace.KeyDigest(r.APIKey), isWindow(c.keyLim))
 	}
 	if v := b.fair.view.Load(); v != nil && v.snap == snap { // contended
 		b.pace(c, v, r.Tenant, prefix, holder, parts)
@@ -357,7 +357,7 @@ var callPool = sync.Pool{New: func() any {
 func (c *centralCall) reset() {
 	c.snap, c.tenant, c.endpoint, c.epLim, c.keyLim = nil, nil, nil, nil, nil
 	c.cost, c.tierRank, c.mayBorrow, c.shard = 0, 0, false, 0
-	c.levels, c.limits, c.reply, c.at, c.err = [4]keyspace.Level{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, 0, nil
+	c.keys, c.limits, c.reply, c.at, c.err = [4]string{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, 0, nil
 	c.share, c.aboveShare = shareLevel{}, false
 	c.members, c.group = c.one[:], 0
 	c.state.Store(callQueued)
@@ -576,11 +576,11 @@ func (bb *batchBuffers) args(shard int) *batchArgs {
 	return &bb.shards[shard]
 }
 
-// batchArgs is a batch in decide.lua's form: each distinct level once,
-// with its limit, and the requests as indexes into the levels. A worker
-// reuses one.
+// batchArgs is a batch in decide.lua's form: each distinct key once, with
+// its limit, and the requests as indexes into the keys. A worker reuses
+// one.
 type batchArgs struct {
-	index    map[keyspace.Level]int64
+	index    map[string]int64
 	levels   lua.Levels
 	requests []byte
 }
@@ -610,51 +610,52 @@ func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centra
 			borrow = 1
 		}
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, borrow)
-		for i, at := range c.levels {
+		for i, key := range c.keys {
 			var idx int64
 			if c.limits[i] != nil {
-				idx = a.add(at, c.limits[i])
+				idx = a.add(key, c.limits[i])
 			}
 			a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(idx))
 		}
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.group))
 		var share int64
-		if c.share.level.Key != "" {
-			share = a.addLevel(c.share.level, lua.Limit{Algorithm: lua.AlgorithmShareBucket, Rate: c.share.rate, Burst: c.share.burst, PeriodMicros: c.share.period})
+		if c.share.key != "" {
+			share = a.addLevel(c.share.key, lua.Limit{Algorithm: lua.AlgorithmShareBucket, Rate: c.share.rate, Burst: c.share.burst, PeriodMicros: c.share.period})
 		}
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(share))
 	}
 }
 
-// reset empties a for a call of the shard at prefix: levels 1 and 2 its
-// global bucket and burst pool (no limit: nil), its demand counter the
-// third key, as decide.lua takes them.
+// reset empties a for a call of the shard at prefix: its global bucket,
+// burst pool (no limit: nil) and demand counter first, as decide.lua
+// takes them.
 func (a *batchArgs) reset(prefix keyspace.Prefix, global, pool *policy.Limit) {
 	if a.index == nil {
-		a.index = map[keyspace.Level]int64{}
+		a.index = map[string]int64{}
 	}
 	clear(a.index)
 	a.levels.Reset()
 	a.requests = a.requests[:0]
-	a.add(keyspace.Level{Key: prefix.Global()}, global)
-	a.add(keyspace.Level{Key: prefix.Pool()}, pool)
-	a.levels.Key(prefix.Demand())
+	a.add(prefix.Global(), global)
+	a.add(prefix.Pool(), pool)
+	a.add(prefix.Demand(), nil)
 }
 
-// add returns level's index (from 1), adding it with its limit the first
-// time. A level's limit is the first request's: every request of a batch
-// but the rare one that straddles a policy swap resolves it the same way.
-func (a *batchArgs) add(level keyspace.Level, lim *policy.Limit) int64 {
-	return a.addLevel(level, limitOf(lim))
+// add returns key's index in KEYS (from 1), adding it with its limit the
+// first time. A key's limit is the first request's: every request of a
+// batch but the rare one that straddles a policy swap resolves it the same
+// way.
+func (a *batchArgs) add(key string, lim *policy.Limit) int64 {
+	return a.addLevel(key, limitOf(lim))
 }
 
 // addLevel is add with the limit as the scripts take it.
-func (a *batchArgs) addLevel(level keyspace.Level, lim lua.Limit) int64 {
-	if idx, ok := a.index[level]; ok {
+func (a *batchArgs) addLevel(key string, lim lua.Limit) int64 {
+	if idx, ok := a.index[key]; ok {
 		return idx
 	}
-	idx := a.levels.Add(level, lim)
-	a.index[level] = idx
+	idx := a.levels.Add(key, lim)
+	a.index[key] = idx
 	return idx
 }
 

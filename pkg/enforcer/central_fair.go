@@ -531,14 +531,14 @@ func (b *central) pace(c *centralCall, v *centralShares, tenant string, prefix k
 		period = 1_000_000
 		perPeriod = math.Round(rate)
 	}
-	c.share = shareLevel{level: prefix.Share(holder), rate: max(int64(perPeriod), 1), burst: max(int64(burst), 1), period: period,
+	c.share = shareLevel{key: prefix.Share(holder), rate: max(int64(perPeriod), 1), burst: max(int64(burst), 1), period: period,
 		maxRetry: b.e.settings.tickInterval}
 	_, c.aboveShare = v.above[tenant]
 }
 
-// shareLevel is a paced request's share bucket: where it is and its limit.
+// shareLevel is a paced request's share bucket: its key and limit.
 type shareLevel struct {
-	level               keyspace.Level // the zero Level when the request is not paced
+	key                 string // "" when the request is not paced
 	rate, burst, period int64
 	// maxRetry bounds the retry after of a request its share denies:
 	// shares are computed again every fairness interval.

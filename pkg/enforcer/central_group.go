@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -101,9 +100,9 @@ func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []De
 func (b *central) journalAdmitted(c *centralCall, d *Decision) {
 	prefix := c.snap.shardPrefixes[c.shard]
 	global, _ := b.shardLimits(c.snap, c.shard)
-	b.journal.add(prefix, keyspace.Level{Key: prefix.Global()}, global, d.Cost)
+	b.journal.add(prefix, prefix.Global(), global, d.Cost)
 	if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && d.Cost > d.Borrowed {
-		b.journal.add(prefix, c.levels[0], t, d.Cost-d.Borrowed)
+		b.journal.add(prefix, c.keys[0], t, d.Cost-d.Borrowed)
 	}
 }
 
@@ -160,17 +159,17 @@ func (b *central) refundSplitGroups(ctx context.Context, now int64, batch []*cen
 			borrowed := m.reply[5]
 			global, pool := b.shardLimits(m.snap, shard)
 			prefix := m.snap.shardPrefixes[shard]
-			add := func(level keyspace.Level, lim *policy.Limit, tokens int64) {
+			add := func(key string, lim *policy.Limit, tokens int64) {
 				if lim != nil && tokens > 0 {
-					levels.Add(level, limitOf(lim), tokens)
+					levels.Add(key, limitOf(lim), tokens)
 				}
 			}
-			add(keyspace.Level{Key: prefix.Global()}, global, m.cost)
-			add(keyspace.Level{Key: prefix.Pool()}, pool, borrowed)
-			add(m.levels[0], m.limits[0], m.cost-borrowed)
-			add(m.levels[1], m.limits[1], borrowed)
-			add(m.levels[2], m.limits[2], m.cost)
-			add(m.levels[3], m.limits[3], m.cost)
+			add(prefix.Global(), global, m.cost)
+			add(prefix.Pool(), pool, borrowed)
+			add(m.keys[0], m.limits[0], m.cost-borrowed)
+			add(m.keys[1], m.limits[1], borrowed)
+			add(m.keys[2], m.limits[2], m.cost)
+			add(m.keys[3], m.limits[3], m.cost)
 		}
 		if levels.Len() > 0 {
 			calls = append(calls, lua.RefundCall(levels, now, at))

@@ -78,13 +78,11 @@ spec: {tenant: whale, shards: 3, limit: {rate: 0, burst: 300}}
 		c := cluster.Client(t)
 		var parts int
 		for s := range 3 {
-			n, err := c.HExists(context.Background(), sprintf("qp:{default/test/%d}:h:5:whale", s), "t").Result()
+			n, err := c.Exists(context.Background(), sprintf("qp:{default/test/%d}:t:5:whale", s)).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n {
-				parts++
-			}
+			parts += int(n)
 		}
 		if parts != 3 {
 			t.Fatalf("the whale's tenant bucket is in %d shards, want 3", parts)

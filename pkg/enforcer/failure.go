@@ -62,7 +62,7 @@ func (b *central) recovered() {
 			n := min(len(entries), 256)
 			levels := &lua.Levels{}
 			for _, en := range entries[:n] {
-				levels.Add(en.level, limitOf(en.limit), en.tokens)
+				levels.Add(en.key, limitOf(en.limit), en.tokens)
 			}
 			entries = entries[n:]
 			ctx, cancel := context.WithTimeout(context.Background(), b.e.settings.redisTimeout)
@@ -78,31 +78,31 @@ func (b *central) recovered() {
 // beyond maxJournal buckets, only the global level is noted.
 type journal struct {
 	mu      sync.Mutex
-	entries map[keyspace.Level]*journalEntry
+	entries map[string]*journalEntry
 }
 
 type journalEntry struct {
 	shard  keyspace.Prefix // one debit call per shard
-	level  keyspace.Level
+	key    string
 	limit  *policy.Limit // the bucket's limit in its shard
 	tokens int64
 }
 
 const maxJournal = 10_000
 
-func (j *journal) add(shard keyspace.Prefix, level keyspace.Level, lim *policy.Limit, tokens int64) {
+func (j *journal) add(shard keyspace.Prefix, key string, lim *policy.Limit, tokens int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.entries == nil {
-		j.entries = map[keyspace.Level]*journalEntry{}
+		j.entries = map[string]*journalEntry{}
 	}
-	en := j.entries[level]
+	en := j.entries[key]
 	if en == nil {
 		if len(j.entries) >= maxJournal {
 			return
 		}
-		en = &journalEntry{shard: shard, level: level, limit: lim}
-		j.entries[level] = en
+		en = &journalEntry{shard: shard, key: key, limit: lim}
+		j.entries[key] = en
 	}
 	en.tokens += tokens
 }

@@ -1,14 +1,10 @@
 package enforcer
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
@@ -44,12 +40,3 @@ spec:
 `
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
-// storedBucket is the value Redis holds for the bucket at at: a key's, or
-// a field of a hash; redis.Nil when there is none.
-func storedBucket(c redis.Cmdable, at keyspace.Level) ([]byte, error) {
-	if at.Field == "" {
-		return c.Get(context.Background(), at.Key).Bytes()
-	}
-	return c.HGet(context.Background(), at.Key, at.Field).Bytes()
-}

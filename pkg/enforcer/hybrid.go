@@ -106,9 +106,9 @@ func capacityOf(lim *policy.Limit) int64 {
 	return lim.Burst
 }
 
-// levelAt is where Redis keeps a tenant's limit at level, as decide.lua
-// and the reconcile loop find it: holder is keyspace.Holder(tenant).
-func levelAt(prefix keyspace.Prefix, level Level, holder, endpoint, apiKey string, lim *policy.Limit) keyspace.Level {
+// levelName is the Redis key of a tenant's limit at level, as decide.lua
+// and the reconcile loop name it: holder is keyspace.Holder(tenant).
+func levelName(prefix keyspace.Prefix, level Level, holder, endpoint, apiKey string, lim *policy.Limit) string {
 	switch level {
 	case LevelTenant:
 		return prefix.Tenant(holder, isWindow(lim))
@@ -121,7 +121,7 @@ func levelAt(prefix keyspace.Prefix, level Level, holder, endpoint, apiKey strin
 // hybridLevel is one small limit a request meets.
 type hybridLevel struct {
 	level Level
-	at    keyspace.Level
+	name  string
 	lim   *policy.Limit
 	cost  int64
 }
@@ -158,7 +158,7 @@ func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (
 			holder = keyspace.Holder(r.Tenant)
 		}
 		hc.levels = append(hc.levels, hybridLevel{level: level, lim: lim, cost: cost,
-			at: levelAt(s.redisPrefix, level, holder, endpointName, r.APIKey, lim)})
+			name: levelName(s.redisPrefix, level, holder, endpointName, r.APIKey, lim)})
 		return len(hc.levels)
 	}
 	tenant = add(LevelTenant, t.Limit, "")
@@ -202,12 +202,12 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 		}
 		owner = append(owner, i)
 		spans = append(spans, [2]int{first, len(hc.levels)})
-		index := func(k int) int64 { // the level's index: each once (decide.lua), after global and pool
+		index := func(k int) int64 { // KEYS index: each key once (decide.lua), after global, pool and counter
 			if k == 0 {
 				return 0
 			}
 			l := hc.levels[k-1]
-			return args.add(l.at, l.lim)
+			return args.add(l.name, l.lim)
 		}
 		for _, v := range [lua.DecideRequestFields]int64{costs[i], 0, 0, index(ti), 0, index(ei), index(ki), group, 0} {
 			requests = binary.LittleEndian.AppendUint64(requests, uint64(v))
@@ -262,7 +262,7 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 func (e *Engine) hybridRefund(hc *hybridCall) {
 	levels := &lua.Levels{}
 	for _, l := range hc.levels {
-		levels.Add(l.at, limitOf(l.lim), l.cost)
+		levels.Add(l.name, limitOf(l.lim), l.cost)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
 	defer cancel()

@@ -242,9 +242,9 @@ func (r *reconciler) reconcile() {
 	g := spec.Global
 	args := []any{e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
 		interval.Microseconds()}
-	push := bucketLevels(r.pendingBuckets, prefix.Global(), prefix.Nodes(), prefix.Reconcile(), prefix.TenantDemands(e.nodeID))
-	keys := push.Keys()
-	args = append(args, push.Records(), push.Fields())
+	push := bucketLevels(r.pendingBuckets)
+	keys := append([]string{prefix.Global(), prefix.Nodes(), prefix.Reconcile(), prefix.TenantDemands(e.nodeID)}, push.Keys()...)
+	args = append(args, push.Records())
 	busiest := r.busiest()
 	for _, b := range busiest {
 		args = append(args, b.ts.name, int64(b.demand), b.weight)

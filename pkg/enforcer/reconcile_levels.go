@@ -45,9 +45,9 @@ import (
 type levelBucket struct {
 	ts    *tenantState
 	level Level
-	ep    int            // LevelEndpoint: index in the tenant's endpoint limiters (its record's endpoints)
-	key   string         // LevelKey: the api key
-	at    keyspace.Level // the fleet's bucket in Redis
+	ep    int    // LevelEndpoint: index in the tenant's endpoint limiters (its record's endpoints)
+	key   string // LevelKey: the api key
+	name  string // the fleet's bucket in Redis
 	lim   *policy.Limit
 	// tokens is what the node admitted at the level since its last push,
 	// offered the cost of the requests that met it.
@@ -92,7 +92,7 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 				holder = keyspace.Holder(ts.name)
 			}
 			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, lim: l.lim,
-				at: levelAt(prefix, level, holder, endpoint, key, l.lim), tokens: l.used, offered: l.offered})
+				name: levelName(prefix, level, holder, endpoint, key, l.lim), tokens: l.used, offered: l.offered})
 			l.used, l.offered = 0, 0
 		}
 		add(&ts.limit, LevelTenant, -1, "", "")
@@ -112,28 +112,24 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 	for i := range out {
 		b := &out[i]
 		instant := float64(b.offered) / seconds
-		d, ok := r.demands[b.at.Name]
+		d, ok := r.demands[b.name]
 		if ok {
 			d += (instant - d) / 2
 		} else {
 			d = instant
 		}
-		r.demands[b.at.Name], b.demand = d, d
+		r.demands[b.name], b.demand = d, d
 	}
 	r.buckets = out
 	return out
 }
 
-// bucketLevels is reconcile.lua's KEYS, the first four keys given, and
-// its lower levels (ARGV[11] and ARGV[12]): the push's buckets.
-func bucketLevels(buckets []levelBucket, first ...string) *lua.Levels {
+// bucketLevels is the push's buckets as reconcile.lua takes its lower
+// levels: KEYS[5..] and ARGV[11].
+func bucketLevels(buckets []levelBucket) *lua.Levels {
 	levels := &lua.Levels{}
-	for _, key := range first {
-		levels.Key(key)
-	}
 	for _, b := range buckets {
-		demand := levels.Key(keyspace.DemandRecord(b.at))
-		levels.Add(b.at, limitOf(b.lim), b.tokens, int64(b.demand*1000), demand)
+		levels.Add(b.name, limitOf(b.lim), b.tokens, int64(b.demand*1000))
 	}
 	return levels
 }
@@ -150,7 +146,7 @@ func (r *reconciler) applyBuckets(snap *snapshot, buckets []levelBucket, reply [
 		milli, _ := reply[2*i+1].(int64)
 		fleet := float64(milli) / 1000
 
-		seen[b.at.Name] = struct{}{}
+		seen[b.name] = struct{}{}
 		rate := perSecond(*b.lim)
 		idle := b.demand < 0.01*rate/float64(nodes) // nothing here worth a part of its own
 		part := levelPart(b.demand, max(fleet, b.demand), rate, nodes)
@@ -160,7 +156,7 @@ func (r *reconciler) applyBuckets(snap *snapshot, buckets []levelBucket, reply [
 			if idle {
 				l.fleet = false
 				l.setPart(snap.part, l.floor, now)
-				delete(r.demands, b.at.Name)
+				delete(r.demands, b.name)
 			} else {
 				l.fleet = true
 				l.setPart(part, l.floor, now)

@@ -355,31 +355,31 @@ func (e *Engine) RedisStatusOf(ctx context.Context, tenant string) (RedisStatus,
 	return st, nil
 }
 
-// tenantLevel is one of a tenant's levels and where Redis keeps its state
+// tenantLevel is one of a tenant's levels and how Redis names its state
 // in a shard.
 type tenantLevel struct {
 	LimitStatus
-	at func(keyspace.Prefix) keyspace.Level
+	redisName func(keyspace.Prefix) string
 }
 
 // tenantLevels lists t's tenant, endpoint and key levels, in TenantStatus
-// order (keys by short hash), with where Redis keeps each.
+// order (keys by short hash), with how Redis names each.
 func tenantLevels(snap *snapshot, t *policy.Tenant) []tenantLevel {
 	p := snap.policy
 	holder := keyspace.Holder(t.Name)
-	key := func(digest string, lim *policy.Limit) func(keyspace.Prefix) keyspace.Level {
-		return func(prefix keyspace.Prefix) keyspace.Level { return prefix.Key(holder, digest, isWindow(lim)) }
+	key := func(digest string, lim *policy.Limit) func(keyspace.Prefix) string {
+		return func(prefix keyspace.Prefix) string { return prefix.Key(holder, digest, isWindow(lim)) }
 	}
 	var out []tenantLevel
 	if lim := t.Limit; lim != nil {
 		out = append(out, tenantLevel{LimitStatus{Level: LevelTenant, Limit: *lim},
-			func(prefix keyspace.Prefix) keyspace.Level { return prefix.Tenant(holder, isWindow(lim)) }})
+			func(prefix keyspace.Prefix) string { return prefix.Tenant(holder, isWindow(lim)) }})
 	}
 	for i := range snap.endpoints {
 		if lim := p.EndpointLimit(t, i); lim != nil {
 			name := snap.endpoints[i].Name
 			out = append(out, tenantLevel{LimitStatus{Level: LevelEndpoint, Name: name, Limit: *lim},
-				func(prefix keyspace.Prefix) keyspace.Level { return prefix.Endpoint(holder, name, isWindow(lim)) }})
+				func(prefix keyspace.Prefix) string { return prefix.Endpoint(holder, name, isWindow(lim)) }})
 		}
 	}
 	// The keys the policy names: overrides by the key, the rest by hash.
@@ -427,7 +427,7 @@ func (c *central) peekShard(ctx context.Context, snap *snapshot, shard int, t *p
 	global, pool := c.shardLimits(snap, shard)
 	a.reset(prefix, global, pool)
 	allowance := int64(0)
-	var at []int64 // levels' indexes
+	var at []int64 // the levels' indexes in KEYS
 	if ofTenant {
 		if snap.policy.MayBorrow(t) {
 			allowance = a.add(prefix.Allowance(keyspace.Holder(t.Name)), part(snap.borrowCeiling))
@@ -437,14 +437,14 @@ func (c *central) peekShard(ctx context.Context, snap *snapshot, shard int, t *p
 			if levels[i].Level != LevelKey {
 				lim = part(lim)
 			}
-			at = append(at, a.add(levels[i].at(prefix), lim))
+			at = append(at, a.add(levels[i].redisName(prefix), lim))
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.e.settings.redisTimeout)
 	defer cancel()
 	reply, err := lua.Peek.RunCall(ctx, c.client, lua.PeekCall(&a.levels, 0)).Int64Slice()
 	if err == nil && len(reply) != 1+lua.PeekReplyFields*a.levels.Len() {
-		err = fmt.Errorf("peek.lua answered %d values for %d levels", len(reply), a.levels.Len())
+		err = fmt.Errorf("peek.lua answered %d values for %d keys", len(reply), a.levels.Len())
 	}
 	if err != nil {
 		return shardRead{}, fmt.Errorf("read the plane's levels from Redis: %w", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -68,18 +67,12 @@ func redisKeys(t *testing.T, c *redis.Client) string {
 	for _, k := range keys {
 		_, level, _ := strings.Cut(k, "}:")
 		if level != "g" && level != "pool" && !strings.HasPrefix(level, "t:") && !strings.HasPrefix(level, "e:") &&
-			!strings.HasPrefix(level, "k:") && !strings.HasPrefix(level, "h:") {
+			!strings.HasPrefix(level, "k:") && !strings.HasPrefix(level, "a:") {
 			continue
 		}
 		switch c.Type(ctx, k).Val() {
 		case "string":
 			fmt.Fprintf(&sb, "%s=%q", k, c.Get(ctx, k).Val())
-		case "hash":
-			fields := c.HGetAll(ctx, k).Val()
-			names := slices.Sorted(maps.Keys(fields))
-			for _, f := range names {
-				fmt.Fprintf(&sb, "%s[%s]=%q ", k, f, fields[f])
-			}
 		case "list":
 			fmt.Fprintf(&sb, "%s=%v", k, c.LRange(ctx, k, 0, -1).Val())
 		default:

@@ -18,38 +18,24 @@
 //	qp:{P}:upstream:usage:N      node N's busiest tenants' admitted rates (enforcers)
 //
 // Decision state, under a shard's prefix (Prefix: qp:{P}: with one shard,
-// qp:{P/s}: for shard s of several; the node keys are the plane's own):
+// qp:{P/s}: for shard s of several; the node keys are the plane's own).
+// Every level's state is a key of its own, so that each expires on its own
+// when it would be full again (pkg/lua bucket.lua):
 //
 //	g                  string: the global bucket (decide.lua, debit.lua, refund.lua, reconcile.lua)
 //	pool               string: the burst pool's bucket (decide.lua, refund.lua)
 //	d                  string: the demand counter the shards rebalance by (decide.lua)
-//	h:H                hash: tenant H's buckets (decide.lua, refund.lua, debit.lua, reconcile.lua):
-//	                   field t its tenant limit, a its borrow allowance, s its share
-//	                   bucket (central fairness), e:<endpoint> its endpoint limits, and
-//	                   x the hash's expiry (pkg/lua bucket.lua)
-//	k:H:D              string: the bucket of api key D of tenant H
-//	t:H:w              list: tenant H's sliding window
-//	e:H:<endpoint>:w   list: an endpoint's sliding window
-//	k:H:D:w            list: api key D's sliding window
-//	<level>:n          hash: local-reconciled's demand record of a tenant, endpoint or
-//	                   key level, node → demand (reconcile.lua); <level> is the level's
-//	                   Name (its bucket's name before version 2 of this layout)
+//	t:H                string: tenant H's bucket (decide.lua, refund.lua, debit.lua, reconcile.lua)
+//	a:H                string: tenant H's borrow allowance (decide.lua, refund.lua)
+//	s:H                string: tenant H's share bucket, central fairness (decide.lua)
+//	e:H:<endpoint>     string: tenant H's bucket of an endpoint (decide.lua, refund.lua, reconcile.lua)
+//	k:H:D              string: the bucket of api key D of tenant H (decide.lua, refund.lua, reconcile.lua)
+//	<level>:w          list: a tenant, endpoint or key level's sliding window instead of its bucket
+//	<level>:n          hash: local-reconciled's demand record of a level, node → demand (reconcile.lua names it)
 //	nodes              sorted set: the live nodes (heartbeat.lua, reconcile.lua)
 //	rc                 hash: local-reconciled's pushes, demands and rates per node (reconcile.lua)
 //	td:N               hash: node N's tenant demands (reconcile.lua)
 //	fd:N               string: node N's fairness report (heartbeat.lua, central mode)
-//
-// Version 2 of this layout (this one) moved a tenant's tenant, allowance,
-// share and endpoint buckets from keys of their own (t:H, a:H, s:H, e:H:E)
-// into fields of one hash per tenant: one read and one
-// write per tenant and batch instead of one per level. Scripts read a field
-// missing from its hash from its key of version 1, the Level's Name (the
-// migration: a bucket
-// an earlier enforcer wrote is carried over, not taken as full), and those
-// keys expire on their own. Api key buckets keep keys of their own: their
-// number is the requests' choice, and a key expires alone (a hash field
-// cannot before Redis 7.4), so a tenant's hash holds only what its policy
-// bounds.
 package keyspace
 
 import (
@@ -109,6 +95,11 @@ func (p Prefix) Pool() string { return string(p) + "pool" }
 // Demand names the shard's demand counter.
 func (p Prefix) Demand() string { return string(p) + "d" }
 
+// Version1Until names the key that says until when scripts read a bucket
+// missing from its tenant's hash from version 1's keys (pkg/lua
+// bucket.lua, which derives the name from the hash's).
+func (p Prefix) Version1Until() string { return string(p) + "v1" }
+
 // Nodes names the plane's set of live nodes.
 func (p Prefix) Nodes() string { return string(p) + "nodes" }
 
@@ -120,16 +111,6 @@ func (p Prefix) TenantDemands(node string) string { return string(p) + "td:" + n
 
 // FairReport names node's fairness report (central).
 func (p Prefix) FairReport(node string) string { return string(p) + "fd:" + node }
-
-// Level is where a level's state lives: the key Key, or, when Field is not
-// empty, the field Field of the hash Key. Name is the level's own name,
-// unique in the plane: its key in version 1 of the layout (which
-// pkg/lua's bucket.lua derives again from Key and Field, to migrate), and
-// what its local-reconciled demand record is named after.
-type Level struct {
-	Key, Field string
-	Name       string
-}
 
 // Holder is a tenant's name in key names: behind its length, since names
 // that requests choose can hold any character, and prefixed they cannot
@@ -144,51 +125,33 @@ func KeyDigest(apiKey string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// TenantHash names the hash of tenant holder's buckets.
-func (p Prefix) TenantHash(holder string) string { return string(p) + "h:" + holder }
-
-// The window suffix: a sliding window is a list, another kind of key than
-// a bucket, so a change of algorithm starts afresh.
-const windowSuffix = ":w"
-
-// Tenant is holder's tenant level: a field of its hash, or its window.
-func (p Prefix) Tenant(holder string, window bool) Level {
-	name := string(p) + "t:" + holder
+// window names a level's sliding window instead of its bucket: a list,
+// another kind of key, so a change of algorithm starts afresh.
+func window(name string, window bool) string {
 	if window {
-		return Level{Key: name + windowSuffix, Name: name + windowSuffix}
+		return name + ":w"
 	}
-	return Level{Key: p.TenantHash(holder), Field: "t", Name: name}
+	return name
 }
 
-// Allowance is holder's borrow allowance: a field of its hash.
-func (p Prefix) Allowance(holder string) Level {
-	return Level{Key: p.TenantHash(holder), Field: "a", Name: string(p) + "a:" + holder}
+// Tenant names holder's tenant level: its bucket, or its window.
+func (p Prefix) Tenant(holder string, isWindow bool) string {
+	return window(string(p)+"t:"+holder, isWindow)
 }
 
-// Share is holder's share bucket (central fairness): a field of its hash.
-func (p Prefix) Share(holder string) Level {
-	return Level{Key: p.TenantHash(holder), Field: "s", Name: string(p) + "s:" + holder}
+// Allowance names holder's borrow allowance.
+func (p Prefix) Allowance(holder string) string { return string(p) + "a:" + holder }
+
+// Share names holder's share bucket (central fairness).
+func (p Prefix) Share(holder string) string { return string(p) + "s:" + holder }
+
+// Endpoint names holder's level of endpoint: its bucket, or its window.
+func (p Prefix) Endpoint(holder, endpoint string, isWindow bool) string {
+	return window(string(p)+"e:"+holder+":"+endpoint, isWindow)
 }
 
-// Endpoint is holder's level of endpoint: a field of its hash, or its
-// window.
-func (p Prefix) Endpoint(holder, endpoint string, window bool) Level {
-	name := string(p) + "e:" + holder + ":" + endpoint
-	if window {
-		return Level{Key: name + windowSuffix, Name: name + windowSuffix}
-	}
-	return Level{Key: p.TenantHash(holder), Field: "e:" + endpoint, Name: name}
+// Key names the level of the api key whose digest is digest (KeyDigest)
+// of holder: its bucket, or its window.
+func (p Prefix) Key(holder, digest string, isWindow bool) string {
+	return window(string(p)+"k:"+holder+":"+digest, isWindow)
 }
-
-// Key is the level of the api key whose digest is digest (KeyDigest) of
-// holder: a key of its own, bucket or window.
-func (p Prefix) Key(holder, digest string, window bool) Level {
-	name := string(p) + "k:" + holder + ":" + digest
-	if window {
-		name += windowSuffix
-	}
-	return Level{Key: name, Name: name}
-}
-
-// DemandRecord names local-reconciled's demand record of level l.
-func DemandRecord(l Level) string { return l.Name + ":n" }

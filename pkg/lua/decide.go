@@ -14,17 +14,17 @@ const (
 	// DecideReplyFields is each request's share of the reply, after the
 	// reply's first element (the time the script decided at).
 	DecideReplyFields = 7
-	// RefundRecordFields is the little-endian int64 of each level's record
-	// of a Refund call (ARGV[3]): LevelFields, then the tokens to give back.
+	// RefundRecordFields is the little-endian int64 of each record of a
+	// Refund call (ARGV[3]): LevelFields, then the tokens to give back.
 	RefundRecordFields = LevelFields + 1
-	// DebitRecordFields is the little-endian int64 of each level's record
-	// of a Debit call (ARGV[2]): LevelFields, then the tokens to debit.
+	// DebitRecordFields is the little-endian int64 of each record of a
+	// Debit call (ARGV[2]): LevelFields, then the tokens to debit.
 	DebitRecordFields = LevelFields + 1
 	// ReconcileRecordFields is the little-endian int64 of each lower
 	// level's record of a Reconcile call (ARGV[11]): LevelFields, the
-	// tokens the node admitted there, its demand there (thousandths of a
-	// token per second) and the index in KEYS of the level's demand record.
-	ReconcileRecordFields = LevelFields + 3
+	// tokens the node admitted there and its demand there (thousandths of
+	// a token per second).
+	ReconcileRecordFields = LevelFields + 2
 )
 
 // Algorithms of a level, as Decide takes them.

@@ -6,38 +6,32 @@
 -- (pkg/enforcer, decideLocked) in Lua: the same integer arithmetic, the
 -- same order, the same answers. bucket.lua comes in front of it.
 --
--- KEYS     the distinct keys the batch touches, each once: KEYS[1] the
---          global bucket, KEYS[2] the burst pool (any name without a pool),
---          KEYS[3] the demand counter (see ARGV[4]), then the tenants'
---          hashes and the keys of api key buckets and windows
---          (pkg/keyspace). All keys share one hash tag: one call, one
---          cluster slot.
+-- KEYS     the distinct keys the batch touches, each once: KEYS[1] is the
+--          global bucket, KEYS[2] the burst pool (any name without a
+--          pool), KEYS[3] the demand counter (see ARGV[4]). All keys share
+--          one hash tag: one call, one cluster slot (pkg/keyspace names
+--          them). A global with no limit
+--          (algorithm 0) is no level: the batch is decided at the levels
+--          below it (local-reconciled's limits too small to split over its
+--          nodes, pkg/enforcer hybrid.go).
 -- ARGV[1]  now in µs, or 0 to read Redis TIME (what production does: one
 --          clock for the whole fleet; a given time is for simulations and
 --          tests that replay the Go engine)
--- ARGV[2]  the levels, each once: records of 8 little-endian int64,
+-- ARGV[2]  the limit on each key: #KEYS records of 4 little-endian int64,
 --          algorithm (0 none, 1 token bucket, 2 sliding window, 3 share
---          bucket), rate, burst, period µs, the index in KEYS of the key
---          that holds it, the offset and length of its field in ARGV[5]
---          (length 0: the whole key) and the next level of the same hash
---          (bucket.lua's Levels). Level 1 is the global bucket
---          (KEYS[1]), level 2 the burst pool (KEYS[2]). A global with no
---          limit (algorithm 0) is no level: the batch is decided at the
---          levels below it (local-reconciled's limits too small to split
---          over its nodes, pkg/enforcer hybrid.go).
+--          bucket), rate, burst, period µs
 -- ARGV[3]  the requests: records of 9 little-endian int64, cost, reserve
 --          (token·µs of the global bucket the request must leave: tier
 --          floors, or the part kept for tenants within their fair share),
---          may borrow (0|1), then the indexes in ARGV[2] of its tenant
---          limit, borrow allowance, endpoint limit and api key limit (0:
---          the level has no limit), then its group: 0 for a request decided
+--          may borrow (0|1), then the indexes in KEYS of its tenant limit,
+--          borrow allowance, endpoint limit and api key limit (0: the
+--          level has no limit), then its group: 0 for a request decided
 --          alone; requests in a row with the same group (not 0) are one
 --          group, decided all or nothing (see Groups); then the index in
---          ARGV[2] of its tenant's share bucket (0: the tenant is not paced)
+--          KEYS of its tenant's share bucket (0: the tenant is not paced)
 -- ARGV[4]  1 to add the batch's cost, admitted or not, to the demand
 --          counter (a plane split into shards rebalances their parts of the
 --          global limit by it); 0 not to
--- ARGV[5]  the levels' fields, concatenated
 --
 -- Returns {now, then per request 7 integers: allowed (0|1), level (0 none,
 -- 1 global, 2 tenant, 3 endpoint, 4 key), reason (0 none, 1 global,
@@ -51,20 +45,14 @@
 -- µs), so refill is exact integer arithmetic. Policy bounds burst × period
 -- to 2^53, where doubles are still exact integers.
 --
--- State: a bucket as bucket.lua keeps it, a whole key (the global bucket,
--- the pool, an api key's) or a field of its tenant's hash (the tenant,
--- allowance, share and endpoint buckets; a field missing from its hash is
--- read from where the previous layout kept it); a missing bucket is full.
--- A bucket read with another rate or period is written back, so that its
--- expiry follows the limit in force. A sliding window is a list of
--- "at:cost" entries, oldest first; a missing window is empty. A level is
--- read at most once per call, when a request first needs it (a tenant's
--- hash with all the fields the call names of it), and written at most
--- once, when a request debited it (a hash once, with every field that
--- changed), with an expiry at the time it would be full (or empty) again,
--- when losing it changes nothing (a hash: the latest of its fields'). A
--- bucket with rate 0 never refills; it expires a week after its last
--- debit.
+-- State: a bucket or a window as bucket.lua keeps them; a missing bucket
+-- is full. A bucket read with another period has its tokens rescaled, and
+-- one read with another rate or period is written back, so that its expiry
+-- follows the limit in force. A missing window is empty. A key is read at most once per call, when a
+-- request first needs it, and written at most once, when a request debited
+-- it, with an expiry at the time it would be full (or empty) again, when
+-- losing it changes nothing. A bucket with rate 0 never refills; it expires
+-- a week after its last debit.
 --
 -- Share buckets pace a tenant at its weighted fair share of the contended
 -- global rate, fleet-wide (pkg/enforcer, central_fair.go): a token bucket
@@ -100,6 +88,7 @@
 
 local HOUR = 3600000000
 local INF = math.huge
+local unpack4 = '<i8i8i8i8'
 local unpack_request = '<i8i8i8i8i8i8i8i8i8'
 -- a share bucket stays this long after it would be full again
 local SHARE_LINGER_MS = 60000
@@ -112,27 +101,26 @@ local SHARE = 13
 local SUM, HEAD, AT, COST, LOADED, LATEST = 2, 3, 4, 5, 6, 7
 
 local now = clock(ARGV[1])
-use_levels(ARGV[2], 8, ARGV[5])
-local requests = ARGV[3]
+local limits, requests = ARGV[2], ARGV[3]
 
-local states = {} -- index in levels -> state, loaded on first use
+local states = {} -- index in KEYS -> state, loaded on first use
 
--- level returns the state of level i, or nil when i is 0 or it has no
--- limit; cost is the request that needs it first (a missing share bucket
--- holds what it needs).
+-- level returns the state of KEYS[i], or nil when i is 0 or it has no limit;
+-- cost is the request that needs it first (a missing share bucket holds
+-- what it needs).
 local function level(i, cost)
   if i == 0 then return nil end
   local s = states[i]
   if s then return s end
-  local alg, rate, burst, per = level_limit(i)
+  local alg, rate, burst, per = struct.unpack(unpack4, limits, 32 * (i - 1) + 1)
   if alg == 1 or alg == 3 then
     local cap = burst * per
     s = {true, cap, now, rate, burst, per, cap, 1 / per, (rate > 0) and math.ceil(cap / rate) or INF, false}
     if alg == 3 then s[SHARE], s[LEVEL] = true, math.min(cost or 0, burst) * per end
-    local l, last, rewrite = read_bucket(stored(i), rate, burst, per, cap)
+    local l, last, rewrite = read_bucket(redis.call('GET', KEYS[i]), rate, burst, per, cap)
     if l then s[LEVEL], s[LAST], s[DIRTY] = l, last, rewrite end
   elseif alg == 2 then
-    local at, costs, sum = read_window(level_key(i))
+    local at, costs, sum = read_window(KEYS[i])
     s = {false, sum, 1, at, costs, #at, at[#at] or 0, false, false, false, rate, per}
   else
     return nil
@@ -266,7 +254,7 @@ local pool = level(2)
 -- request; nil outside a group.
 local saved = nil
 
--- use returns the state of level i (as level) and, inside a group, saves it
+-- use returns the state of KEYS[i] (as level) and, inside a group, saves it
 -- the first time the group touches it.
 local function use(i, cost)
   local s = level(i, cost)
@@ -416,20 +404,19 @@ if ARGV[4] == '1' then
   redis.call('PEXPIRE', KEYS[3], 86400000)
 end
 
--- Write back what changed, once per level and hash.
+-- Write back what changed, once per key.
 for i, s in pairs(states) do
   if s[DIRTY] then
     if s[BUCKET] then
-      write_bucket(i, s[LEVEL], s[LAST], s[RATE], s[PER], now, full_ms(s[CAP], s[LEVEL], s[RATE], s[SHARE] and SHARE_LINGER_MS or 1000))
+      write_bucket(KEYS[i], s[LEVEL], s[LAST], s[RATE], s[PER], s[CAP], s[SHARE] and SHARE_LINGER_MS or 1000)
     else
-      local key, at, cost = level_key(i), s[AT], s[COST]
-      if s[HEAD] > 1 then redis.call('LTRIM', key, s[HEAD] - 1, -1) end
+      local at, cost = s[AT], s[COST]
+      if s[HEAD] > 1 then redis.call('LTRIM', KEYS[i], s[HEAD] - 1, -1) end
       for j = s[LOADED] + 1, #at do
-        redis.call('RPUSH', key, string.format('%d:%d', at[j], cost[j]))
+        redis.call('RPUSH', KEYS[i], string.format('%d:%d', at[j], cost[j]))
       end
-      redis.call('PEXPIRE', key, string.format('%d', math.ceil(s[WPER] / 1000) + 1000))
+      redis.call('PEXPIRE', KEYS[i], string.format('%d', math.ceil(s[WPER] / 1000) + 1000))
     end
   end
 end
-flush(now)
 return out

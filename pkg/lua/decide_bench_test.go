@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
@@ -30,12 +29,12 @@ func BenchmarkDecideScript(b *testing.B) {
 				c.FlushDB(ctx)
 				c.ConfigResetStat(ctx)
 				b.ReportAllocs()
-				call := decideCall(n, shape == "distinct", 0)
+				keys, args := decideCall(n, shape == "distinct", 0)
 				for i := 0; b.Loop(); i++ {
 					if shape == "distinct" { // fresh holders every call
-						call = decideCall(n, true, i)
+						keys, args = decideCall(n, true, i)
 					}
-					if err := Decide.RunCall(ctx, c, call).Err(); err != nil {
+					if err := Decide.Run(ctx, c, keys, args...).Err(); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -46,33 +45,33 @@ func BenchmarkDecideScript(b *testing.B) {
 }
 
 // decideCall is a batch of n requests with every level in force and a
-// burst pool, all admitted: each holder's tenant, allowance and endpoint
-// buckets in its hash, its key's bucket a key of its own (pkg/keyspace).
-func decideCall(n int, distinct bool, call int) Call {
-	prefix := keyspace.PlanePrefix("b")
-	levels := &Levels{}
-	levels.Add(keyspace.Level{Key: prefix.Global()}, Limit{AlgorithmTokenBucket, 1e9, 1e9, 1e6})
-	levels.Add(keyspace.Level{Key: prefix.Pool()}, Limit{AlgorithmTokenBucket, 1e4, 1e5, 1e6})
-	levels.Key(prefix.Demand())
-	var requests []byte
+// burst pool, all admitted.
+func decideCall(n int, distinct bool, call int) ([]string, []any) {
+	keys := []string{"qp:{b}:g", "qp:{b}:pool", "qp:{b}:d"}
+	var limits, requests []byte
 	put := func(b []byte, vs ...int64) []byte {
 		for _, v := range vs {
 			b = binary.LittleEndian.AppendUint64(b, uint64(v))
 		}
 		return b
 	}
-	var first int64
+	limits = put(limits, AlgorithmTokenBucket, 1e9, 1e9, 1e6, AlgorithmTokenBucket, 1e4, 1e5, 1e6, AlgorithmNone, 0, 0, 0)
 	for i := range n {
-		if distinct || i == 0 {
-			h := keyspace.Holder(strconv.Itoa(call*n + i))
-			first = levels.Add(prefix.Tenant(h, false), Limit{AlgorithmTokenBucket, 1e6, 1e6, 1e6})
-			levels.Add(prefix.Allowance(h), Limit{AlgorithmTokenBucket, 1e4, 1000, 1e6})
-			levels.Add(prefix.Endpoint(h, "read", false), Limit{AlgorithmTokenBucket, 1e6, 1e6, 1e6})
-			levels.Add(prefix.Key(h, keyspace.KeyDigest("k1"), false), Limit{AlgorithmTokenBucket, 1e6, 1e6, 1e6})
+		h := "1"
+		if distinct {
+			h = strconv.Itoa(call*n + i)
+		}
+		first := int64(len(keys)) + 1
+		if !distinct && i > 0 {
+			first = 4
+		} else {
+			keys = append(keys, "qp:{b}:t:"+h, "qp:{b}:a:"+h, "qp:{b}:e:"+h+":read", "qp:{b}:k:"+h+":k1")
+			limits = put(limits, AlgorithmTokenBucket, 1e6, 1e6, 1e6, AlgorithmTokenBucket, 1e4, 1000, 1e6,
+				AlgorithmTokenBucket, 1e6, 1e6, 1e6, AlgorithmTokenBucket, 1e6, 1e6, 1e6)
 		}
 		requests = put(requests, 1, 0, 1, first, first+1, first+2, first+3, 0, 0)
 	}
-	return DecideCall(levels, 0, requests, false)
+	return keys, []any{0, limits, requests, 0}
 }
 
 func redisMicrosPerCall(b *testing.B, c *redis.Client) float64 {

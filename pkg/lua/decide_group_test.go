@@ -25,7 +25,7 @@ func le(vs ...int64) []byte {
 // groupKeys are a plane's keys for the script tests: the global bucket, no
 // pool, the demand counter, tenants a and b (10 tokens, no refill), a's
 // window on an endpoint (30 a minute) and a's key (100 tokens).
-var groupKeys = []string{"qp:{g}:g", "qp:{g}:pool", "qp:{g}:d", "qp:{g}:h:1:a#t", "qp:{g}:h:1:b#t", "qp:{g}:e:1:a:search:w", "qp:{g}:k:1:a:d"}
+var groupKeys = []string{"qp:{g}:g", "qp:{g}:pool", "qp:{g}:d", "qp:{g}:t:a", "qp:{g}:t:b", "qp:{g}:e:a:search:w", "qp:{g}:k:a"}
 
 var groupLimits = slices.Concat(
 	le(AlgorithmTokenBucket, 0, 1000, 1e6), le(AlgorithmNone, 0, 0, 0), le(AlgorithmNone, 0, 0, 0),
@@ -57,8 +57,6 @@ func dumpKeys(t *testing.T, c *redis.Client) string {
 			fmt.Fprintf(&sb, "%s=%s\n", k, hex.EncodeToString([]byte(c.Get(ctx, k).Val())))
 		case "list":
 			fmt.Fprintf(&sb, "%s=%v\n", k, c.LRange(ctx, k, 0, -1).Val())
-		case "hash":
-			fmt.Fprintf(&sb, "%s=%v\n", k, c.HGetAll(ctx, k).Val())
 		}
 	}
 	return sb.String()
@@ -66,7 +64,7 @@ func dumpKeys(t *testing.T, c *redis.Client) string {
 
 func decideAt(t *testing.T, c *redis.Client, now int64, requests ...[]byte) []int64 {
 	t.Helper()
-	reply, err := Decide.RunCall(context.Background(), c, DecideCall(testLevels(groupKeys, groupLimits, 4), now, slices.Concat(requests...), false)).Int64Slice()
+	reply, err := Decide.Run(context.Background(), c, groupKeys, now, groupLimits, slices.Concat(requests...), 0).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +121,7 @@ func TestDecideGroups(t *testing.T) {
 	if got := allowedOf(want); !slices.Equal(got, []int64{0, 0}) {
 		t.Fatalf("after: %v; both tenants should be empty", got)
 	}
-	window := c.LRange(context.Background(), "qp:{g}:e:1:a:search:w", 0, -1).Val()
+	window := c.LRange(context.Background(), "qp:{g}:e:a:search:w", 0, -1).Val()
 	if !slices.Equal(window, []string{"1000000000:1", "1000000000:9"}) {
 		t.Fatalf("a's window %v: want the first request's entry and the single's", window)
 	}
@@ -146,20 +144,20 @@ func TestRefund(t *testing.T) {
 	// and of 3 at now+10.
 	records := slices.Concat(le(AlgorithmTokenBucket, 0, 10, 1e6, 5), le(AlgorithmTokenBucket, 0, 10, 1e6, 50),
 		le(AlgorithmSlidingWindow, 30, 0, 60e6, 3), le(AlgorithmSlidingWindow, 30, 0, 60e6, 7))
-	names := []string{"qp:{g}:h:1:a#t", "qp:{g}:h:1:b#t", "qp:{g}:e:1:a:search:w", "qp:{g}:e:1:a:search:w"}
-	n, err := Refund.RunCall(ctx, c, RefundCall(testLevels(names, records, 5), now+20, now+5)).Int64()
+	keys := []string{"qp:{g}:t:a", "qp:{g}:t:b", "qp:{g}:e:a:search:w", "qp:{g}:e:a:search:w"}
+	n, err := Refund.Run(ctx, c, keys, now+20, now+5, records).Int64()
 	if err != nil || n != 3 {
 		t.Fatalf("Refund: %d, %v; want 3 records applied (no entry of cost 7)", n, err)
 	}
-	v, _ := c.HGet(ctx, "qp:{g}:h:1:a", "t").Bytes()
+	v, _ := c.Get(ctx, "qp:{g}:t:a").Bytes()
 	if level := int64(binary.LittleEndian.Uint64(v)); level != 7e6 {
 		t.Fatalf("a's bucket holds %d token·µs, want 7 tokens", level)
 	}
-	v, _ = c.HGet(ctx, "qp:{g}:h:1:b", "t").Bytes()
+	v, _ = c.Get(ctx, "qp:{g}:t:b").Bytes()
 	if level := int64(binary.LittleEndian.Uint64(v)); level != 10e6 {
 		t.Fatalf("b's bucket holds %d token·µs, want its burst, 10 tokens", level)
 	}
-	window := c.LRange(ctx, "qp:{g}:e:1:a:search:w", 0, -1).Val()
+	window := c.LRange(ctx, "qp:{g}:e:a:search:w", 0, -1).Val()
 	if !slices.Equal(window, []string{"1000000000:3", "1000000000:2"}) {
 		t.Fatalf("window %v: want the entry at now+10 gone, the earlier ones kept", window)
 	}

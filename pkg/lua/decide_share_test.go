@@ -10,7 +10,7 @@ import (
 
 // shareKeys: the global bucket (100 tokens, no refill), no pool, the demand
 // counter, and tenant a's share bucket (10 tokens/s, burst 5).
-var shareKeys = []string{"qp:{s}:g", "qp:{s}:pool", "qp:{s}:d", "qp:{s}:h:1:a#s"}
+var shareKeys = []string{"qp:{s}:g", "qp:{s}:pool", "qp:{s}:d", "qp:{s}:s:a"}
 
 func shareLimits(globalBurst int64) []byte {
 	return slices.Concat(le(AlgorithmTokenBucket, 0, globalBurst, 1e6), le(AlgorithmNone, 0, 0, 0), le(AlgorithmNone, 0, 0, 0),
@@ -34,7 +34,7 @@ func TestDecideShareBucket(t *testing.T) {
 	const now = 1_000_000_000
 	call := func(at, globalBurst int64, requests ...[]byte) []int64 {
 		t.Helper()
-		reply, err := Decide.RunCall(ctx, c, DecideCall(testLevels(shareKeys, shareLimits(globalBurst), 4), at, slices.Concat(requests...), false)).Int64Slice()
+		reply, err := Decide.Run(ctx, c, shareKeys, at, shareLimits(globalBurst), slices.Concat(requests...), 0).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestDecideShareBucket(t *testing.T) {
 	if lvl, reason, retry := field(reply, 1, 1), field(reply, 1, 2), field(reply, 1, 3); lvl != 1 || reason != ReasonShare || retry != 100_000 {
 		t.Fatalf("denied at level %d, reason %d, retry %dµs; want global, %d, 100000µs (one token at 10/s)", lvl, reason, retry, ReasonShare)
 	}
-	if ttl := c.PTTL(ctx, "qp:{s}:h:1:a").Val().Milliseconds(); ttl < 60_000 {
+	if ttl := c.PTTL(ctx, shareKeys[3]).Val().Milliseconds(); ttl < 60_000 {
 		t.Fatalf("the share bucket expires in %dms; want a minute after it is full", ttl)
 	}
 
@@ -77,12 +77,12 @@ func TestDecideShareBucket(t *testing.T) {
 	}
 
 	// A group denied by its share leaves the bucket as it was.
-	before := c.HGet(ctx, "qp:{s}:h:1:a", "s").Val()
+	before := c.Get(ctx, shareKeys[3]).Val()
 	reply = call(now+3_700_000, 100, paced(1, 1), paced(1, 1), paced(5, 1))
 	if allowedOf(reply)[2] != 0 {
 		t.Fatalf("the group's last request passed: %v", allowedOf(reply))
 	}
-	if after := c.HGet(ctx, "qp:{s}:h:1:a", "s").Val(); after != before {
+	if after := c.Get(ctx, shareKeys[3]).Val(); after != before {
 		t.Fatal("a denied group changed its tenant's share bucket")
 	}
 }

@@ -5,44 +5,41 @@
 -- and lets it run on a replica (EVALSHA_RO). bucket.lua comes in front of
 -- it (after this line's flags).
 --
--- KEYS     the keys that hold the levels (pkg/keyspace), each once, with
---          one hash tag
--- ARGV[1]  now in µs, or 0 to read Redis TIME (what production does)
--- ARGV[2]  the levels to read, as decide.lua's ARGV[2]: records of 8
---          little-endian int64, algorithm (0 none, 1 token bucket,
---          2 sliding window), rate, burst, period µs, the index in KEYS of
---          the key that holds it, the offset and length of its field in
---          ARGV[3] and the next level of the same hash (bucket.lua)
--- ARGV[3]  the levels' fields, concatenated
+-- KEYS     the levels to read: bucket or sliding-window keys as decide.lua
+--          names them (pkg/enforcer's central.go), each with one hash tag
+-- ARGV[1]  the limit on each key, as decide.lua's ARGV[2]: #KEYS records of
+--          4 little-endian int64, algorithm (0 none, 1 token bucket,
+--          2 sliding window), rate, burst, period µs
+-- ARGV[2]  now in µs, or 0 to read Redis TIME (what production does)
 --
--- Returns {now, then per level 2 integers: the tokens left (what
--- decide.lua's remaining() gives after refilling to now: a bucket's level
--- floored to whole tokens, a window's limit less the costs still in it; a
--- missing record is a full bucket or an empty window; 0 for algorithm 0),
--- and 1 when Redis holds a record for the level, 0 when not}.
+-- Returns {now, then per key 2 integers: the tokens left (what decide.lua's
+-- remaining() gives after refilling to now: a bucket's level floored to
+-- whole tokens, a window's limit less the costs still in it; a missing
+-- record is a full bucket or an empty window; 0 for algorithm 0), and 1
+-- when Redis holds a record for the key, 0 when not}.
 --
--- State read, as decide.lua reads it (bucket.lua): a bucket is a whole key
--- or a field of a tenant's hash (a field missing from its hash is read
--- from where the previous layout kept it), rescaled when written with
--- another period; a window is a list of "at:cost" entries, oldest first,
--- whose clock is the later of now and its newest entry. A record of
--- another shape reads as missing, as decide.lua reads it.
+-- State read, as decide.lua reads it (bucket.lua): a bucket written with
+-- another period has its tokens rescaled; a window's clock is the later
+-- of now and its newest entry. A record of another shape (a key of another
+-- kind) reads as missing, as decide.lua reads it.
 --
 -- Side effects: none.
 --
--- Complexity: O(levels + window entries).
+-- Complexity: O(keys + window entries).
 
-local now = clock(ARGV[1])
-use_levels(ARGV[2], 8, ARGV[3])
+local unpack4 = '<i8i8i8i8'
+
+local now = clock(ARGV[2])
+local limits = ARGV[1]
 
 local out = {now}
-for i = 1, level_count() do
-  local alg, rate, burst, per = level_limit(i)
+for i = 1, #KEYS do
+  local alg, rate, burst, per = struct.unpack(unpack4, limits, 32 * (i - 1) + 1)
   local left, present = 0, 0
   if alg == 1 then
     local cap = burst * per
     local level = cap
-    local l, last = read_bucket(stored(i), rate, burst, per, cap)
+    local l, last = read_bucket(redis.call('GET', KEYS[i]), rate, burst, per, cap)
     if l then
       present, level = 1, l
       if now > last then
@@ -56,7 +53,7 @@ for i = 1, level_count() do
     end
     left = idiv(level, per)
   elseif alg == 2 then
-    local at, cost = read_window(level_key(i))
+    local at, cost = read_window(KEYS[i])
     if #at > 0 then present = 1 end
     local t = math.max(now, at[#at] or 0) - per
     local sum = 0

@@ -17,7 +17,7 @@ import (
 // the global bucket, no pool, the demand counter, tenants a and b (10
 // tokens, no refill), a's window on an endpoint (30 a minute) and a's key
 // (100 tokens).
-var peekKeys = []string{"qp:{p}:g", "qp:{p}:pool", "qp:{p}:d", "qp:{p}:h:1:a#t", "qp:{p}:h:1:b#t", "qp:{p}:e:1:a:search:w", "qp:{p}:k:1:a:d"}
+var peekKeys = []string{"qp:{p}:g", "qp:{p}:pool", "qp:{p}:d", "qp:{p}:t:a", "qp:{p}:t:b", "qp:{p}:e:a:search:w", "qp:{p}:k:a"}
 
 var peekLimits = slices.Concat(
 	le(AlgorithmTokenBucket, 0, 1000, 1e6), le(AlgorithmNone, 0, 0, 0), le(AlgorithmNone, 0, 0, 0),
@@ -34,7 +34,7 @@ func peekRequest(cost, tenant, endpoint, key int64) []byte {
 
 func decideOn(t *testing.T, c *redis.Client, keys []string, limits []byte, now int64, requests ...[]byte) []int64 {
 	t.Helper()
-	reply, err := Decide.RunCall(context.Background(), c, DecideCall(testLevels(keys, limits, 4), now, slices.Concat(requests...), false)).Int64Slice()
+	reply, err := Decide.Run(context.Background(), c, keys, now, limits, slices.Concat(requests...), 0).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func decideOn(t *testing.T, c *redis.Client, keys []string, limits []byte, now i
 
 func peekOn(t *testing.T, c *redis.Client, keys []string, limits []byte, now int64) (left, present []int64) {
 	t.Helper()
-	reply, err := Peek.RunCall(context.Background(), c, PeekCall(testLevels(keys, limits, 4), now)).Int64Slice()
+	reply, err := Peek.Run(context.Background(), c, keys, limits, now).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +75,6 @@ func dumpPlane(t *testing.T, c *redis.Client, tag string) string {
 			fmt.Fprintf(&sb, "%s=%s", k, hex.EncodeToString([]byte(c.Get(ctx, k).Val())))
 		case "list":
 			fmt.Fprintf(&sb, "%s=%v", k, c.LRange(ctx, k, 0, -1).Val())
-		case "hash":
-			fmt.Fprintf(&sb, "%s=%v", k, c.HGetAll(ctx, k).Val())
 		}
 		fmt.Fprintf(&sb, " expires %v\n", c.ExpireTime(ctx, k).Val())
 	}
@@ -132,17 +130,13 @@ func checkLevelAgrees(t *testing.T, c *redis.Client, limits []byte, now int64, i
 	t.Helper()
 	ctx := context.Background()
 	keys := make([]string, len(peekKeys))
-	var copies []string
-	for j, name := range peekKeys {
-		keys[j] = strings.Replace(name, "{p}", "{copy}", 1)
-		from, _, _ := strings.Cut(name, "#")
-		to, _, _ := strings.Cut(keys[j], "#")
-		if err := c.Copy(ctx, from, to, 0, true).Err(); err != nil {
+	for j, k := range peekKeys {
+		keys[j] = strings.Replace(k, "{p}", "{copy}", 1)
+		if err := c.Copy(ctx, k, keys[j], 0, true).Err(); err != nil {
 			t.Fatal(err)
 		}
-		copies = append(copies, to)
 	}
-	defer c.Del(ctx, copies...)
+	defer c.Del(ctx, keys...)
 	request := func(cost int64) []byte {
 		switch i {
 		case 3, 4:
@@ -172,7 +166,7 @@ func checkLevelAgrees(t *testing.T, c *redis.Client, limits []byte, now int64, i
 func TestPeekReadsOddRecordsAsMissing(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	if err := c.HSet(context.Background(), "qp:{p}:h:1:a", "t", "short").Err(); err != nil {
+	if err := c.Set(context.Background(), "qp:{p}:t:a", "short", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	left, present := peekOn(t, c, peekKeys, peekLimits, 1e9)
@@ -192,12 +186,10 @@ func TestPeekIsReadOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	peek := PeekCall(testLevels(peekKeys, peekLimits, 4), 0)
-	if err := c.EvalShaRO(ctx, Peek.SHA(), peek.Keys, peek.Args...).Err(); err != nil {
+	if err := c.EvalShaRO(ctx, Peek.SHA(), peekKeys, peekLimits, 0).Err(); err != nil {
 		t.Fatalf("EVALSHA_RO peek.lua: %v", err)
 	}
-	decide := DecideCall(testLevels(peekKeys, peekLimits, 4), 0, peekRequest(1, 4, 0, 0), false)
-	if err := c.EvalShaRO(ctx, Decide.SHA(), decide.Keys, decide.Args...).Err(); err == nil {
+	if err := c.EvalShaRO(ctx, Decide.SHA(), peekKeys, 0, peekLimits, peekRequest(1, 4, 0, 0), 0).Err(); err == nil {
 		t.Fatal("EVALSHA_RO accepted decide.lua: the check cannot tell a read-only script")
 	}
 }

@@ -29,23 +29,19 @@
 --          refill above its burst: pushes come up to an interval after the
 --          admissions they count, and capped at the burst the refill that
 --          paid for them would be lost.
--- ARGV[11] the node's lower levels (tenant, endpoint and api key limits),
---          each once: records of 11 little-endian int64, bucket.lua's 8
---          (algorithm 1 token bucket or 2 sliding window, rate, burst,
---          period µs, the index in KEYS of the key that holds the level,
---          the offset and length of its field in ARGV[12], the next level
---          of the same hash; the levels decide.lua
---          keeps: a mode change keeps their state), then the tokens the
---          node admitted at the level since its last push, its demand on
---          the level (thousandths of a token per second), and the index in
---          KEYS of the level's demand record: a hash, node →
---          "<demand>:<ms of the report>"; the fleet's demand is the sum of
---          the reports younger than the ttl
--- ARGV[12] the lower levels' fields, concatenated
--- ARGV[13..] triples of tenant name, the node's demand for it (tokens/s)
+-- ARGV[11] the node's lower-level buckets (tenant, endpoint and api key
+--          limits): #KEYS-4 records of 6 little-endian int64, algorithm
+--          (1 token bucket, 2 sliding window), rate, burst, period µs, the
+--          tokens the node admitted at the level since its last push, and
+--          its demand on the level (thousandths of a token per second),
+--          for KEYS[5..]
+-- ARGV[12..] triples of tenant name, the node's demand for it (tokens/s)
 --          and its fairness weight: the node's busiest tenants
--- KEYS[5..] the keys of ARGV[11]: the lower levels' and their demand
---          records (pkg/keyspace)
+-- KEYS[5..] the lower-level buckets of ARGV[11], named as decide.lua names
+--          them (a mode change keeps their state); each has a demand
+--          record beside it, its name and ":n" (same slot, not declared):
+--          a hash, node → "<demand>:<ms of the report>"; the fleet's
+--          demand is the sum of the reports younger than the ttl
 --
 -- Returns {the global level as of now in token·µs: the bucket after this
 -- push, less what the other live nodes admitted since their last pushes
@@ -55,8 +51,8 @@
 -- each tenant of ARGV[11..], in order, the live nodes' total demand; the
 -- water level of the fleet's weighted max-min share of the global rate
 -- among every tenant the live nodes pushed (tokens/s per unit of weight,
--- as a decimal string; "-1" when their demand fits); for each level of
--- ARGV[11], in order, its level as of now in token·µs (0 for a window)
+-- as a decimal string; "-1" when their demand fits); for each bucket of
+-- KEYS[5..], in order, its level as of now in token·µs (0 for a window)
 -- and the fleet's demand on it in thousandths of a token per second}.
 --
 -- Side effects: debits the global bucket (down to minus its burst),
@@ -99,8 +95,7 @@ if fresh then
 end
 -- Written on every reconcile, also with nothing to debit: the refill a
 -- later push pays for must count from now, not from that push.
-redis.call('SET', KEYS[1], struct.pack(BUCKET_FORMAT, level, last, per, rate), 'PX',
-  string.format('%d', full_ms(ceiling, level, rate, 1000)))
+write_bucket(KEYS[1], level, last, rate, per, ceiling, 1000)
 redis.call('HSET', KEYS[3], 'r:' .. node, admit_rate, 't:' .. node, now)
 if demand >= 0 then
   redis.call('HSET', KEYS[3], 'd:' .. node, demand)
@@ -124,7 +119,7 @@ if known > 0 then fleet = fleet * #live / known end
 -- Tenant demands: this node's replace its last ("demand:weight"), then
 -- the fleet's, summed over the live nodes.
 local names, fields = {}, {}
-for i = 13, #ARGV, 3 do
+for i = 12, #ARGV, 3 do
   names[#names + 1] = ARGV[i]
   fields[#fields + 1], fields[#fields + 2] = ARGV[i], ARGV[i + 1] .. ':' .. ARGV[i + 2]
 end
@@ -167,31 +162,30 @@ if wanted > capacity and weight > 0 then
   end
   water = string.format('%.9g', left / weight)
 end
--- The lower levels: each bucket as the global one (a push debits it
--- once), and each level's demand record.
+-- The lower-level buckets: each as the global one (a push debits it once),
+-- and its demand record.
 local interval = tonumber(ARGV[10])
-use_levels(ARGV[11], 11, ARGV[12])
 local levels = {}
-for i = 1, level_count() do
-  local balg, brate, bburst, bper = level_limit(i)
-  local btokens, bdemand, dk = extra(i, '<i8i8i8')
+for i = 5, #KEYS do
+  local alg, brate, bburst, bper, btokens, bdemand = struct.unpack('<i8i8i8i8i8i8', ARGV[11], 48 * (i - 5) + 1)
+  local key = KEYS[i]
   local blevel = 0
-  if balg == 1 then
+  if alg == 1 then
     local bcap = bburst * bper
     local bceil = bcap + brate * interval
-    local l, at = read_bucket(stored(i), brate, bburst, bper, bceil)
+    local l, at = read_bucket(redis.call('GET', key), brate, bburst, bper, bceil)
     if not l then l, at = bcap, now end
     if now > at then
       if brate > 0 then l = math.min(l + (now - at) * brate, bceil) end
       at = now
     end
     if fresh then l = math.max(l - btokens * bper, -bcap) end
-    write_bucket(i, l, at, brate, bper, now, full_ms(bceil, l, brate, 1000))
+    write_bucket(key, l, at, brate, bper, bceil, 1000)
     blevel = l
   end
   -- the demand record: this node's rate replaces its last; the fleet's
   -- is the sum over the nodes that reported within the liveness ttl
-  local dkey = KEYS[dk]
+  local dkey = key .. ':n'
   redis.call('HSET', dkey, node, bdemand .. ':' .. now_ms)
   redis.call('PEXPIRE', dkey, ttl)
   local all, d = redis.call('HGETALL', dkey), 0
@@ -206,7 +200,6 @@ for i = 1, level_count() do
   levels[#levels + 1] = blevel
   levels[#levels + 1] = d
 end
-flush(now)
 
 redis.call('PEXPIRE', KEYS[3], math.max(ttl, 600000))
 return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals, water, levels}

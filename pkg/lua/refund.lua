@@ -5,18 +5,15 @@
 -- to its burst; a window loses the entry the debit added. bucket.lua comes
 -- in front of it.
 --
--- KEYS     the keys that hold the levels (pkg/keyspace), each once; all
---          share one hash tag
+-- KEYS[i]  the level of record i (a bucket or a window, as decide.lua keeps
+--          them; a key may come more than once); all keys share one hash
+--          tag
 -- ARGV[1]  now in µs, or 0 to read Redis TIME: when the buckets are
 --          brought up to before the tokens come back
 -- ARGV[2]  the time decide.lua decided at (its reply's first value), in µs
--- ARGV[3]  the records, one per debit (a level may come more than once):
---          records of 9 little-endian int64, bucket.lua's 8 (algorithm
---          1 token bucket or 2 sliding window, rate, burst, period µs, the
---          index in KEYS of the level's key, the offset and length of its
---          field in ARGV[4], the next level of the same hash), then the
---          tokens to give back
--- ARGV[4]  the records' fields, concatenated
+-- ARGV[3]  the records: #KEYS records of 5 little-endian int64, algorithm
+--          (1 token bucket, 2 sliding window), rate, burst, period µs, and
+--          the tokens to give back
 --
 -- Returns the number of records applied (a window whose entry is gone, as
 -- after it expired, applies none: there is nothing left to give back).
@@ -30,37 +27,34 @@
 -- entry), or one as old or older of the same cost, never a later one, so
 -- a refund never frees a window sooner than the debit's own entry would.
 --
--- Complexity: O(records) and, for a window, O(entries) ≤ its rate.
+-- Complexity: O(#KEYS) and, for a window, O(entries) ≤ its rate.
 
 local now = clock(ARGV[1])
 local decided = tonumber(ARGV[2])
-use_levels(ARGV[3], 9, ARGV[4])
+local records = ARGV[3]
 local applied = 0
-for i = 1, level_count() do
-  local alg, rate, burst, per = level_limit(i)
-  local tokens = extra(i, '<i8')
+for i, key in ipairs(KEYS) do
+  local alg, rate, burst, per, tokens = struct.unpack('<i8i8i8i8i8', records, 40 * (i - 1) + 1)
   if alg == 1 then
     local cap = burst * per
-    local level, last = read_bucket(stored(i), rate, burst, per, cap)
+    local level, last = read_bucket(redis.call('GET', key), rate, burst, per, cap)
     if not level then level, last = cap, now end
     if now > last then
       if rate > 0 then level = math.min(level + (now - last) * rate, cap) end
       last = now
     end
     level = math.min(level + tokens * per, cap)
-    write_bucket(i, level, last, rate, per, now, full_ms(cap, level, rate, 1000))
+    write_bucket(key, level, last, rate, per, cap, 1000)
     applied = applied + 1
   elseif alg == 2 then
-    local key = level_key(i)
-    for _, item in ipairs(redis.call('LRANGE', key, 0, -1)) do
-      local a, c = string.match(item, '^(%d+):(%d+)$')
-      if tonumber(a) >= decided and tonumber(c) == tokens then
-        redis.call('LREM', key, 1, item)
+    local at, cost = read_window(key)
+    for j = 1, #at do
+      if at[j] >= decided and cost[j] == tokens then
+        redis.call('LREM', key, 1, string.format('%d:%d', at[j], cost[j]))
         applied = applied + 1
         break
       end
     end
   end
 end
-flush(now)
 return applied

@@ -74,12 +74,10 @@ func TestDecideShape(t *testing.T) {
 	}{
 		{"decide.lua", fmt.Sprintf("records of %d little-endian int64", DecideRequestFields), fmt.Sprintf("#requests, %d do", 8*DecideRequestFields)},
 		{"decide.lua", fmt.Sprintf("per request %d integers", DecideReplyFields), fmt.Sprintf("o = o + %d", DecideReplyFields)},
-		{"decide.lua", fmt.Sprintf("records of %d little-endian int64", LevelFields), fmt.Sprintf("use_levels(ARGV[2], %d,", LevelFields)},
-		{"peek.lua", fmt.Sprintf("records of %d\n--          little-endian int64", LevelFields), fmt.Sprintf("use_levels(ARGV[2], %d,", LevelFields)},
-		{"refund.lua", fmt.Sprintf("records of %d little-endian int64", RefundRecordFields), fmt.Sprintf("use_levels(ARGV[3], %d,", RefundRecordFields)},
-		{"debit.lua", fmt.Sprintf("records of %d little-endian int64", DebitRecordFields), fmt.Sprintf("use_levels(ARGV[2], %d,", DebitRecordFields)},
-		{"reconcile.lua", fmt.Sprintf("records of %d little-endian int64", ReconcileRecordFields), fmt.Sprintf("use_levels(ARGV[11], %d,", ReconcileRecordFields)},
-		{"bucket.lua", fmt.Sprintf("each starting with %d little-endian int64", LevelFields), "'<i8i8i8i8i8i8i8i8'"},
+		{"refund.lua", fmt.Sprintf("records of %d little-endian int64", RefundRecordFields), fmt.Sprintf("%d * (i - 1) + 1", 8*RefundRecordFields)},
+		{"debit.lua", fmt.Sprintf("records of %d little-endian int64", DebitRecordFields), fmt.Sprintf("%d * (i - 1) + 1", 8*DebitRecordFields)},
+		{"reconcile.lua", fmt.Sprintf("records of %d little-endian int64", ReconcileRecordFields), fmt.Sprintf("%d * (i - 5) + 1", 8*ReconcileRecordFields)},
+		{"bucket.lua", fmt.Sprintf("each starting with %d\n-- little-endian int64", LevelFields), "'<i8i8i8i8'"},
 	} {
 		src, _ := files.ReadFile(tc.script)
 		header := strings.SplitN(string(src), "\n\n", 2)[0]
