@@ -15,7 +15,7 @@
 //	qp:{P}:upstream:nodes        hash: the enforcers exchanging with the plan (upstream.lua)
 //	qp:{P}:upstream:U:demand     hash: demand per class on upstream U (upstream.lua)
 //	qp:{P}:upstream:U:reports    list: passive reports of upstream U for the leader (enforcers)
-//	qp:{P}:upstream:usage:N      node N's busiest tenants' admitted rates (enforcers)
+//	qp:{P}:upstream:usage:N      string: node N's busiest tenants' admitted rates (enforcers)
 //
 // Decision state, under a shard's prefix (Prefix: qp:{P}: with one shard,
 // qp:{P/s}: for shard s of several; the node keys are the plane's own).
