@@ -4,13 +4,11 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -158,12 +157,6 @@ func (b *central) send(ctx context.Context, now int64, call *centralCall) (reusa
 	return err == nil || !queued, err
 }
 
-// planeKey is the prefix of every Redis key of the plane: one hash tag, so
-// that every call touches one cluster slot.
-func planeKey(p *policy.Policy) string {
-	return "qp:{" + p.ID() + "}:"
-}
-
 // decide decides r through Redis: at Redis TIME (now 0, batched with other
 // decisions) or at now (µs; DecideAt, alone, for simulations and tests).
 // When Redis cannot answer in time, the plane's failureMode decides.
@@ -214,7 +207,7 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 	shard, parts := b.shards.shardOf(len(snap.shardPrefixes), r.Tenant, t, r.APIKey)
 	c.shard = shard
 	prefix := snap.shardPrefixes[shard]
-	holder := lengthPrefixed(r.Tenant)
+	holder := keyspace.Holder(r.Tenant)
 	c.tierRank, c.mayBorrow = rec.tierRank, rec.mayBorrow
 	c.limits = [4]*policy.Limit{t.Limit, nil, c.epLim, c.keyLim}
 	if c.mayBorrow {
@@ -228,30 +221,21 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 			}
 		}
 	}
-	c.keys = [4]string{
-		levelKey(prefix+"t:"+holder, t.Limit),
-		prefix + "a:" + holder,
-		levelKey(prefix+"e:"+holder+":"+endpointName, c.epLim),
-		levelKey(prefix+"k:"+holder+":"+keyDigest(r.APIKey), c.keyLim),
+	c.keys[0] = prefix.Tenant(holder, isWindow(t.Limit))
+	if c.limits[1] != nil {
+		c.keys[1] = prefix.Allowance(holder)
+	}
+	if c.epLim != nil {
+		c.keys[2] = prefix.Endpoint(holder, endpointName, isWindow(c.epLim))
+	}
+	if c.keyLim != nil {
+		c.keys[3] = prefix.Key(holder, keyspace.KeyDigest(r.APIKey), isWindow(c.keyLim))
 	}
 	if v := b.fair.view.Load(); v != nil && v.snap == snap { // contended
 		b.pace(c, v, r.Tenant, prefix, holder, parts)
 	}
 	return c, nil
 }
-
-// keyDigest names an api key in Redis key names: 128 bits of its SHA-256,
-// so that nothing read from Redis (a dump, SCAN, MONITOR, the slow log)
-// shows an api key. Fixed-length hex, it needs no length prefix.
-func keyDigest(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:16])
-}
-
-// lengthPrefixed is s behind its length: names that requests choose can
-// hold any character, and prefixed they cannot run into the next part of a
-// key or its ":w" suffix.
-func lengthPrefixed(s string) string { return strconv.Itoa(len(s)) + ":" + s }
 
 // record counts a decision Redis made in the tenant's state on this node
 // and writes it to the tenant's trace, for the debug view: as a decision
@@ -290,13 +274,10 @@ func (b *central) countDemandLocked(ts *tenantState, d *Decision) {
 	}
 }
 
-// levelKey names a level's state; a sliding window is a different kind of
-// key from a bucket, so a change of algorithm starts afresh.
-func levelKey(name string, lim *policy.Limit) string {
-	if lim != nil && lim.Algorithm == policy.SlidingWindow {
-		return name + ":w"
-	}
-	return name
+// isWindow reports whether lim is a sliding window, whose state is another
+// kind of key than a bucket's (pkg/keyspace).
+func isWindow(lim *policy.Limit) bool {
+	return lim != nil && lim.Algorithm == policy.SlidingWindow
 }
 
 // decision turns the script's reply into d.
@@ -490,7 +471,7 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 		args.build(b, snap, 0, part)
 		b.stats.calls.Add(1)
 		start := time.Now()
-		cmd := lua.Decide.Run(ctx, b.client, args.keys, now, args.limits, args.requests, 0)
+		cmd := lua.Decide.RunCall(ctx, b.client, lua.DecideCall(&args.levels, now, args.requests, false))
 		b.e.observeRedis(time.Since(start))
 		err = b.decided(part, cmd)
 	} else {
@@ -501,7 +482,7 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 			}
 			args := buf.args(shard)
 			args.build(b, snap, shard, part)
-			buf.calls = append(buf.calls, lua.Call{Keys: args.keys, Args: []any{now, args.limits, args.requests, 1}})
+			buf.calls = append(buf.calls, lua.DecideCall(&args.levels, now, args.requests, true))
 		}
 		b.stats.calls.Add(int64(len(buf.calls)))
 		start := time.Now()
@@ -619,27 +600,20 @@ func (bb *batchBuffers) args(shard int) *batchArgs {
 }
 
 // batchArgs is a batch in decide.lua's form: each distinct key once, with
-// its limit, and the requests as indexes into the keys. A worker reuses one.
+// its limit, and the requests as indexes into the keys. A worker reuses
+// one.
 type batchArgs struct {
 	index    map[string]int64
-	keys     []string
-	limits   []byte
+	levels   lua.Levels
 	requests []byte
 }
 
 // build fills a with the calls of one shard: the shard's part of the
 // global limit and of the pool first, then each call's levels.
 func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centralCall) {
-	if a.index == nil {
-		a.index = map[string]int64{}
-	}
-	clear(a.index)
-	a.keys, a.limits, a.requests = a.keys[:0], a.limits[:0], a.requests[:0]
 	prefix := snap.shardPrefixes[shard]
 	global, pool := b.shardLimits(snap, shard)
-	a.add(prefix+"g", global)
-	a.add(prefix+"pool", pool)
-	a.add(prefix+"d", nil)
+	a.reset(prefix, global, pool)
 	for _, c := range batch {
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.cost))
 		// Without fairness the tier floors reserve their percent of this
@@ -669,38 +643,55 @@ func (a *batchArgs) build(b *central, snap *snapshot, shard int, batch []*centra
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(c.group))
 		var share int64
 		if c.share.key != "" {
-			share = a.addLevel(c.share.key, lua.AlgorithmShareBucket, c.share.rate, c.share.burst, c.share.period)
+			share = a.addLevel(c.share.key, lua.Limit{Algorithm: lua.AlgorithmShareBucket, Rate: c.share.rate, Burst: c.share.burst, PeriodMicros: c.share.period})
 		}
 		a.requests = binary.LittleEndian.AppendUint64(a.requests, uint64(share))
 	}
 }
 
-// add returns key's index in KEYS (from 1), adding it with its limit the
-// first time. A key's limit is the first request's: every request of a batch
-// but the rare one that straddles a policy swap resolves it the same way.
-func (a *batchArgs) add(key string, lim *policy.Limit) int64 {
-	var alg, rate, burst, period int64
-	if lim != nil {
-		alg, rate, burst, period = lua.AlgorithmTokenBucket, lim.Rate, lim.Burst, lim.PeriodMicros()
-		if lim.Algorithm == policy.SlidingWindow {
-			alg = lua.AlgorithmSlidingWindow
-		}
+// reset empties a for a call of the shard at prefix: its global bucket,
+// burst pool (no limit: nil) and demand counter first, as decide.lua
+// takes them.
+func (a *batchArgs) reset(prefix keyspace.Prefix, global, pool *policy.Limit) {
+	if a.index == nil {
+		a.index = map[string]int64{}
 	}
-	return a.addLevel(key, alg, rate, burst, period)
+	clear(a.index)
+	a.levels.Reset()
+	a.requests = a.requests[:0]
+	a.add(prefix.Global(), global)
+	a.add(prefix.Pool(), pool)
+	a.add(prefix.Demand(), nil)
 }
 
-// addLevel is add with the limit as decide.lua takes it.
-func (a *batchArgs) addLevel(key string, alg, rate, burst, period int64) int64 {
+// add returns key's index in KEYS (from 1), adding it with its limit the
+// first time. A key's limit is the first request's: every request of a
+// batch but the rare one that straddles a policy swap resolves it the same
+// way.
+func (a *batchArgs) add(key string, lim *policy.Limit) int64 {
+	return a.addLevel(key, limitOf(lim))
+}
+
+// addLevel is add with the limit as the scripts take it.
+func (a *batchArgs) addLevel(key string, lim lua.Limit) int64 {
 	if idx, ok := a.index[key]; ok {
 		return idx
 	}
-	a.keys = append(a.keys, key)
-	idx := int64(len(a.keys))
+	idx := a.levels.Add(key, lim)
 	a.index[key] = idx
-	for _, v := range [...]int64{alg, rate, burst, period} {
-		a.limits = binary.LittleEndian.AppendUint64(a.limits, uint64(v))
-	}
 	return idx
+}
+
+// limitOf is lim as the scripts take it; nil is no limit.
+func limitOf(lim *policy.Limit) lua.Limit {
+	if lim == nil {
+		return lua.Limit{}
+	}
+	alg := int64(lua.AlgorithmTokenBucket)
+	if lim.Algorithm == policy.SlidingWindow {
+		alg = lua.AlgorithmSlidingWindow
+	}
+	return lua.Limit{Algorithm: alg, Rate: lim.Rate, Burst: lim.Burst, PeriodMicros: lim.PeriodMicros()}
 }
 
 // defaultNodeID is the host name and a random suffix: unique per process.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,10 +68,30 @@ func BenchmarkCentral(b *testing.B) {
 				})
 				if s := e.BackendStatus(); s.ScriptCalls > 0 {
 					b.ReportMetric(float64(s.Decisions)/float64(s.ScriptCalls), "decisions/call")
+					b.ReportMetric(float64(evalshaMicros(b, client))/float64(s.Decisions), "redis-µs/decision")
 				}
 			})
 		}
 	}
+}
+
+// evalshaMicros is the CPU Redis spent in EVALSHA (the scripts' own
+// commands included) since the last CONFIG RESETSTAT, in µs, from INFO
+// commandstats.
+func evalshaMicros(b *testing.B, c *redis.Client) int64 {
+	for line := range strings.SplitSeq(c.Info(context.Background(), "commandstats").Val(), "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			_, usec, _ := strings.Cut(rest, "usec=")
+			usec, _, _ = strings.Cut(usec, ",")
+			n, err := strconv.ParseInt(usec, 10, 64)
+			if err != nil {
+				b.Fatalf("commandstats %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	b.Fatal("no evalsha in INFO commandstats")
+	return 0
 }
 
 // centralBenchPolicy is benchPolicy in central mode with a burst pool.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -159,7 +160,7 @@ func (b *central) exchange(snap *snapshot) {
 	prefix := snap.redisPrefix
 	ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
 	start := time.Now()
-	reply, err := lua.Heartbeat.Run(ctx, b.client, []string{prefix + "nodes", prefix + "fd:" + e.nodeID, prefix + "g"},
+	reply, err := lua.Heartbeat.Run(ctx, b.client, []string{prefix.Nodes(), prefix.FairReport(e.nodeID), prefix.Global()},
 		e.nodeID, (3 * s.heartbeatInterval).Milliseconds(), report, (3 * s.heartbeatInterval).Milliseconds()).Slice()
 	cancel()
 	e.observeRedis(time.Since(start))
@@ -517,7 +518,7 @@ func bucketFill(v string, lim *policy.Limit, now int64) float64 {
 // pace sets c's share level from the allocation in force (v, for the
 // request's snapshot): its tenant's share, split among the parts of a
 // split tenant, as a share bucket named after the tenant.
-func (b *central) pace(c *centralCall, v *centralShares, tenant, prefix, holder string, parts int64) {
+func (b *central) pace(c *centralCall, v *centralShares, tenant string, prefix keyspace.Prefix, holder string, parts int64) {
 	level := v.levels[c.tierRank]
 	if math.IsInf(level, 1) {
 		return // the tier's whole demand fits: nobody in it is paced
@@ -530,7 +531,7 @@ func (b *central) pace(c *centralCall, v *centralShares, tenant, prefix, holder 
 		period = 1_000_000
 		perPeriod = math.Round(rate)
 	}
-	c.share = shareLevel{key: prefix + "s:" + holder, rate: max(int64(perPeriod), 1), burst: max(int64(burst), 1), period: period,
+	c.share = shareLevel{key: prefix.Share(holder), rate: max(int64(perPeriod), 1), burst: max(int64(burst), 1), period: period,
 		maxRetry: b.e.settings.tickInterval}
 	_, c.aboveShare = v.above[tenant]
 }

@@ -2,7 +2,6 @@ package enforcer
 
 import (
 	"context"
-	"encoding/binary"
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/lua"
@@ -106,7 +105,7 @@ func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []De
 func (b *central) journalAdmitted(c *centralCall, tenant string, cost, borrowed int64) {
 	prefix := c.snap.shardPrefixes[c.shard]
 	global, _ := b.shardLimits(c.snap, c.shard)
-	b.journal.add(journalEntry{shard: prefix, key: prefix + "g", limit: global, tokens: cost})
+	b.journal.add(journalEntry{shard: prefix, key: prefix.Global(), limit: global, tokens: cost})
 	if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && cost > borrowed {
 		b.journal.add(journalEntry{shard: prefix, key: c.keys[0], limit: t, tokens: cost - borrowed, tenant: tenant})
 	}
@@ -155,8 +154,7 @@ func (b *central) refundSplitGroups(ctx context.Context, now int64, batch []*cen
 	k := len(refunds[0].snap.shardPrefixes)
 	calls := buf.calls[:0]
 	for shard := range k {
-		var keys []string
-		var records []byte
+		levels := &lua.Levels{}
 		var at int64
 		for _, m := range refunds {
 			if m.shard != shard {
@@ -167,27 +165,19 @@ func (b *central) refundSplitGroups(ctx context.Context, now int64, batch []*cen
 			global, pool := b.shardLimits(m.snap, shard)
 			prefix := m.snap.shardPrefixes[shard]
 			add := func(key string, lim *policy.Limit, tokens int64) {
-				if lim == nil || tokens <= 0 {
-					return
-				}
-				alg := int64(lua.AlgorithmTokenBucket)
-				if lim.Algorithm == policy.SlidingWindow {
-					alg = lua.AlgorithmSlidingWindow
-				}
-				keys = append(keys, key)
-				for _, v := range [...]int64{alg, lim.Rate, lim.Burst, lim.PeriodMicros(), tokens} {
-					records = binary.LittleEndian.AppendUint64(records, uint64(v))
+				if lim != nil && tokens > 0 {
+					levels.Add(key, limitOf(lim), tokens)
 				}
 			}
-			add(prefix+"g", global, m.cost)
-			add(prefix+"pool", pool, borrowed)
+			add(prefix.Global(), global, m.cost)
+			add(prefix.Pool(), pool, borrowed)
 			add(m.keys[0], m.limits[0], m.cost-borrowed)
 			add(m.keys[1], m.limits[1], borrowed)
 			add(m.keys[2], m.limits[2], m.cost)
 			add(m.keys[3], m.limits[3], m.cost)
 		}
-		if len(keys) > 0 {
-			calls = append(calls, lua.Call{Keys: keys, Args: []any{now, at, records}})
+		if levels.Len() > 0 {
+			calls = append(calls, lua.RefundCall(levels, now, at))
 		}
 	}
 	buf.refunds = buf.refunds[:0]

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/poll"
@@ -59,7 +60,7 @@ func TestCentralExpiryFollowsTheLimit(t *testing.T) {
 	if d := mustDecide(t, e, now.Add(time.Millisecond), Request{Tenant: "a", Endpoint: "x"}); d.Allow {
 		t.Fatalf("the drained bucket admitted: %+v", d)
 	}
-	key := planeKey(slow) + "t:" + lengthPrefixed("a")
+	key := keyspace.PlanePrefix(slow.ID()).Tenant(keyspace.Holder("a"), false)
 	ttl, err := client.PTTL(context.Background(), key).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestCentralNoRefillKeysExpire(t *testing.T) {
 	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x", APIKey: "random-1"}); err != nil {
 		t.Fatal(err)
 	}
-	ttl, err := client.PTTL(context.Background(), planeKey(p)+"k:"+lengthPrefixed("a")+":"+keyDigest("random-1")).Result()
+	ttl, err := client.PTTL(context.Background(), keyspace.PlanePrefix(p.ID()).Key(keyspace.Holder("a"), keyspace.KeyDigest("random-1"), false)).Result()
 	if err != nil || ttl <= 0 || ttl > 8*24*time.Hour {
 		t.Fatalf("a no-refill bucket's expiry is %s (%v), want a week", ttl, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -135,7 +136,7 @@ func (b *central) recovered() {
 			ts.mu.Unlock()
 		}
 	}
-	byShard := map[string][]journalEntry{}
+	byShard := map[keyspace.Prefix][]journalEntry{}
 	for _, en := range entries {
 		if o := stands[en.tenant]; o.journaled > 0 {
 			en.owed += min(en.tokens, int64(math.Ceil(float64(en.tokens)*float64(o.lack)/float64(o.journaled))))
@@ -149,15 +150,12 @@ func (b *central) recovered() {
 		for len(entries) > 0 {
 			chunk := entries[:min(len(entries), 256)]
 			entries = entries[len(chunk):]
-			keys := make([]string, 0, len(chunk))
-			args := make([]any, 0, 1+4*len(chunk))
-			args = append(args, 0)
+			levels := &lua.Levels{}
 			for _, en := range chunk {
-				keys = append(keys, en.key)
-				args = append(args, en.owed, en.limit.Rate, en.limit.Burst, en.limit.PeriodMicros())
+				levels.Add(en.key, limitOf(en.limit), en.owed)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), b.e.settings.redisTimeout)
-			err := lua.Debit.Run(ctx, b.client, keys, args...).Err()
+			err := lua.Debit.RunCall(ctx, b.client, lua.DebitCall(levels, 0)).Err()
 			cancel()
 			if err != nil {
 				// Owed still: the next recovery (or heartbeat) debits it.
@@ -177,7 +175,7 @@ type journal struct {
 }
 
 type journalEntry struct {
-	shard  string // the shard's key prefix: one debit call per shard
+	shard  keyspace.Prefix // one debit call per shard
 	key    string
 	limit  *policy.Limit // the bucket's limit in its shard
 	tokens int64         // admitted on the node's own
@@ -417,7 +415,7 @@ func (b *central) heartbeatLoop(stop <-chan struct{}) {
 	var fleetKey string // where the last beat went
 	for {
 		if snap := b.snap.Load(); snap != nil {
-			fleetKey = snap.redisPrefix + "nodes"
+			fleetKey = snap.redisPrefix.Nodes()
 			ctx, cancel := context.WithTimeout(context.Background(), s.redisTimeout)
 			n, err := lua.Heartbeat.Run(ctx, b.client, []string{fleetKey},
 				b.e.nodeID, strconv.FormatInt((3*s.heartbeatInterval).Milliseconds(), 10)).Int64()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
@@ -167,7 +168,7 @@ func stateAt(t *testing.T, e *Engine, c *redis.Client, now time.Time) string {
 		return sb.String()
 	}
 	ctx := context.Background()
-	prefix := planeKey(e.Policy())
+	prefix := string(keyspace.PlanePrefix(e.Policy().ID()))
 	keys, err := c.Keys(ctx, prefix+"*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -554,7 +555,7 @@ func remainingIn(t *testing.T, e *Engine, level Level, tenant string) int64 {
 	t.Helper()
 	p := e.Policy()
 	if p.Spec().Mode == "central" && !e.BackendStatus().Degraded {
-		key := planeKey(p) + "g"
+		key := keyspace.PlanePrefix(p.ID()).Global()
 		lim := p.Spec().Global
 		if level == LevelTenant {
 			tq, _ := p.DefaultTenant(tenant, "")
@@ -563,7 +564,7 @@ func remainingIn(t *testing.T, e *Engine, level Level, tenant string) int64 {
 			}
 			prefixes := shardPrefixes(p)
 			shard, _ := e.central.shards.shardOf(len(prefixes), tenant, &tq, "")
-			key, lim = prefixes[shard]+"t:"+lengthPrefixed(tenant), *tq.Limit
+			key, lim = prefixes[shard].Tenant(keyspace.Holder(tenant), false), *tq.Limit
 		}
 		v, err := e.redis.Get(context.Background(), key).Bytes()
 		if err == redis.Nil {

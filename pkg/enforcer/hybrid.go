@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -107,15 +107,15 @@ func capacityOf(lim *policy.Limit) int64 {
 }
 
 // levelName is the Redis key of a tenant's limit at level, as decide.lua
-// and the reconcile loop name it: holder is lengthPrefixed(tenant).
-func levelName(prefix string, level Level, holder, endpoint, apiKey string, lim *policy.Limit) string {
+// and the reconcile loop name it: holder is keyspace.Holder(tenant).
+func levelName(prefix keyspace.Prefix, level Level, holder, endpoint, apiKey string, lim *policy.Limit) string {
 	switch level {
 	case LevelTenant:
-		return levelKey(prefix+"t:"+holder, lim)
+		return prefix.Tenant(holder, isWindow(lim))
 	case LevelEndpoint:
-		return levelKey(prefix+"e:"+holder+":"+endpoint, lim)
+		return prefix.Endpoint(holder, endpoint, isWindow(lim))
 	}
-	return levelKey(prefix+"k:"+holder+":"+keyDigest(apiKey), lim)
+	return prefix.Key(holder, keyspace.KeyDigest(apiKey), isWindow(lim))
 }
 
 // hybridLevel is one small limit a request meets.
@@ -155,7 +155,7 @@ func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (
 			return 0
 		}
 		if holder == "" {
-			holder = lengthPrefixed(r.Tenant)
+			holder = keyspace.Holder(r.Tenant)
 		}
 		hc.levels = append(hc.levels, hybridLevel{level: level, lim: lim, cost: cost,
 			name: levelName(s.redisPrefix, level, holder, endpointName, r.APIKey, lim)})
@@ -185,11 +185,9 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 		return nil, true, nil
 	}
 	hc := &hybridCall{}
-	none := make([]byte, 32) // no limit: global, pool, demand counter
-	limits := append(append(append([]byte{}, none...), none...), none...)
+	var args batchArgs
+	args.reset(snap.redisPrefix, nil, nil) // no global, no pool: the small levels only
 	var requests []byte
-	keys := []string{snap.redisPrefix + "g", snap.redisPrefix + "pool", snap.redisPrefix + "d"}
-	seen := map[string]int64{}
 	group := int64(0)
 	if len(rs) > 1 {
 		group = 1
@@ -209,13 +207,7 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 				return 0
 			}
 			l := hc.levels[k-1]
-			if at, ok := seen[l.name]; ok {
-				return at
-			}
-			keys = append(keys, l.name)
-			limits = appendLimit(limits, l.lim)
-			seen[l.name] = int64(len(keys))
-			return int64(len(keys))
+			return args.add(l.name, l.lim)
 		}
 		for _, v := range [lua.DecideRequestFields]int64{costs[i], 0, 0, index(ti), 0, index(ei), index(ki), group, 0} {
 			requests = binary.LittleEndian.AppendUint64(requests, uint64(v))
@@ -228,7 +220,7 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
 	defer cancel()
 	start := time.Now()
-	reply, err := lua.Decide.Run(ctx, e.redis, keys, "0", limits, requests, "0").Int64Slice()
+	reply, err := lua.Decide.RunCall(ctx, e.redis, lua.DecideCall(&args.levels, 0, requests, false)).Int64Slice()
 	e.observeRedis(time.Since(start))
 	if err != nil {
 		return hc, false, err
@@ -268,16 +260,13 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 // the node's own levels denied what Redis admitted. A refund that fails
 // leaves the debit: the small levels admit less, never more.
 func (e *Engine) hybridRefund(hc *hybridCall) {
-	keys := make([]string, 0, len(hc.levels))
-	var records []byte
+	levels := &lua.Levels{}
 	for _, l := range hc.levels {
-		keys = append(keys, l.name)
-		records = appendLimit(records, l.lim)
-		records = binary.LittleEndian.AppendUint64(records, uint64(l.cost))
+		levels.Add(l.name, limitOf(l.lim), l.cost)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.settings.redisTimeout)
 	defer cancel()
-	_ = lua.Refund.Run(ctx, e.redis, keys, "0", strconv.FormatInt(hc.decided, 10), records).Err()
+	_ = lua.Refund.RunCall(ctx, e.redis, lua.RefundCall(levels, 0, hc.decided)).Err()
 }
 
 // decideSmall decides the small limits r meets (resolved in snap to ep
@@ -322,17 +311,4 @@ func (e *Engine) decideSmall(snap *snapshot, ts *tenantState, r *Request, ep int
 func unavailableDenial(snap *snapshot, cost int64) Decision {
 	return Decision{Level: LevelGlobal, Bound: LevelGlobal, Cost: cost, Reason: reasonUnavailableDeny, policy: snap.plane,
 		RetryAfter: snap.policy.Spec().ReconcileInterval}
-}
-
-// appendLimit appends lim as decide.lua and refund.lua take a limit:
-// algorithm, rate, burst, period µs.
-func appendLimit(b []byte, lim *policy.Limit) []byte {
-	alg := int64(lua.AlgorithmTokenBucket)
-	if lim.Algorithm == policy.SlidingWindow {
-		alg = lua.AlgorithmSlidingWindow
-	}
-	for _, v := range [...]int64{alg, lim.Rate, lim.Burst, lim.PeriodMicros()} {
-		b = binary.LittleEndian.AppendUint64(b, uint64(v))
-	}
-	return b
 }

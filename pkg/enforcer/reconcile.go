@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -244,16 +245,17 @@ func (r *reconciler) reconcile() {
 
 	interval := spec.ReconcileInterval
 	ttl := 3 * interval // a node is dead after three missed reconciles
-	prefix := planeKey(p)
+	prefix := keyspace.PlanePrefix(p.ID())
 	g := spec.Global
 	args := []any{e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
 		interval.Microseconds()}
-	keys, records := bucketArgs(r.pendingBuckets, []string{prefix + "g", prefix + "nodes", prefix + "rc", prefix + "td:" + e.nodeID})
+	push := bucketLevels(r.pendingBuckets)
+	keys := append([]string{prefix.Global(), prefix.Nodes(), prefix.Reconcile(), prefix.TenantDemands(e.nodeID)}, push.Keys()...)
 	scriptNow := int64(0) // Redis TIME: one clock for the fleet
 	if e.settings.steppedReconcile {
 		scriptNow = now // the caller's virtual time (sim.go)
 	}
-	args = append(args, records, scriptNow)
+	args = append(args, push.Records(), scriptNow)
 	busiest := r.busiest()
 	for _, b := range busiest {
 		args = append(args, b.ts.name, int64(b.demand), b.weight)
@@ -416,11 +418,11 @@ func (e *Engine) fleetView() (scale float64, byTenant map[string]float64) {
 func (r *reconciler) leave(p *policy.Policy) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.e.settings.redisTimeout)
 	defer cancel()
-	id, prefix := r.e.nodeID, planeKey(p)
+	id, prefix := r.e.nodeID, keyspace.PlanePrefix(p.ID())
 	_, _ = r.e.redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.ZRem(ctx, prefix+"nodes", id)
-		pipe.HDel(ctx, prefix+"rc", "s:"+id, "d:"+id, "r:"+id, "t:"+id)
-		pipe.Del(ctx, prefix+"td:"+id)
+		pipe.ZRem(ctx, prefix.Nodes(), id)
+		pipe.HDel(ctx, prefix.Reconcile(), "s:"+id, "d:"+id, "r:"+id, "t:"+id)
+		pipe.Del(ctx, prefix.TenantDemands(id))
 		return nil
 	})
 }

@@ -2,9 +2,9 @@ package enforcer
 
 import (
 	"cmp"
-	"encoding/binary"
 	"slices"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -64,10 +64,6 @@ const maxReconciledBuckets = 4096
 // one node of four gets 98.5% of its limit there.
 const levelPartFloor = 0.02
 
-// levelBucketFields is the int64 fields of a bucket's record in
-// reconcile.lua's ARGV[11].
-const levelBucketFields = 6
-
 // collectBuckets takes, from every tenant's limiters, what this push
 // carries: the tokens each admitted and was offered since the last push,
 // for those with some, and for those the loop sized (so that their part
@@ -93,7 +89,7 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 				return
 			}
 			if holder == "" {
-				holder = lengthPrefixed(ts.name)
+				holder = keyspace.Holder(ts.name)
 			}
 			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, lim: l.lim,
 				name: levelName(prefix, level, holder, endpoint, key, l.lim), tokens: l.used, offered: l.offered})
@@ -128,21 +124,14 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 	return out
 }
 
-// bucketArgs appends the push's buckets to reconcile.lua's keys and
-// returns their records (ARGV[11]).
-func bucketArgs(buckets []levelBucket, keys []string) ([]string, []byte) {
-	records := make([]byte, 0, len(buckets)*levelBucketFields*8)
+// bucketLevels is the push's buckets as reconcile.lua takes its lower
+// levels: KEYS[5..] and ARGV[11].
+func bucketLevels(buckets []levelBucket) *lua.Levels {
+	levels := &lua.Levels{}
 	for _, b := range buckets {
-		keys = append(keys, b.name)
-		alg := int64(lua.AlgorithmTokenBucket)
-		if b.lim.Algorithm == policy.SlidingWindow {
-			alg = lua.AlgorithmSlidingWindow
-		}
-		for _, v := range [levelBucketFields]int64{alg, b.lim.Rate, b.lim.Burst, b.lim.PeriodMicros(), b.tokens, int64(b.demand * 1000)} {
-			records = binary.LittleEndian.AppendUint64(records, uint64(v))
-		}
+		levels.Add(b.name, limitOf(b.lim), b.tokens, int64(b.demand*1000))
 	}
-	return keys, records
+	return levels
 }
 
 // applyBuckets sizes each pushed bucket's part on this node from the

@@ -3,12 +3,12 @@ package enforcer
 import (
 	"context"
 	"hash/crc32"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
@@ -49,15 +49,15 @@ type shards struct {
 const rebalanceInterval = time.Second
 
 // shardPrefixes are the key prefixes of a plane's shards: with one shard
-// the plane's own (planeKey), else one hash tag per shard.
-func shardPrefixes(p *policy.Policy) []string {
+// the plane's own, else one hash tag per shard.
+func shardPrefixes(p *policy.Policy) []keyspace.Prefix {
 	k := p.Spec().Shards
 	if k <= 1 {
-		return []string{planeKey(p)}
+		return []keyspace.Prefix{keyspace.PlanePrefix(p.ID())}
 	}
-	prefixes := make([]string, k)
+	prefixes := make([]keyspace.Prefix, k)
 	for s := range prefixes {
-		prefixes[s] = "qp:{" + p.ID() + "/" + strconv.Itoa(s) + "}:"
+		prefixes[s] = keyspace.ShardPrefix(p.ID(), s)
 	}
 	return prefixes
 }
@@ -136,7 +136,7 @@ func (b *central) rebalance(snap *snapshot) {
 	cmds := make([]*redis.StringCmd, k)
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for s, prefix := range snap.shardPrefixes {
-			cmds[s] = p.Get(ctx, prefix+"d")
+			cmds[s] = p.Get(ctx, prefix.Demand())
 		}
 		return nil
 	})

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
@@ -51,10 +52,10 @@ type snapshot struct {
 	shareByTenant bool
 	mode          policy.Mode        // the plane's backend
 	failureMode   policy.FailureMode // what the distributed backends do while Redis is unavailable
-	redisPrefix   string             // the prefix of the plane's Redis keys (planeKey)
+	redisPrefix   keyspace.Prefix    // the prefix of the plane's Redis keys
 	// shardPrefixes are the key prefixes of the plane's shards (shards.go);
 	// one, redisPrefix, unless the plane is split.
-	shardPrefixes []string
+	shardPrefixes []keyspace.Prefix
 	denyUnknown   bool
 	denyEndpoint  bool
 	// bound: the plane binds api keys to tenants (policy.KeyBindingBound).
@@ -157,7 +158,7 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		shareByTenant: spec.SharesByTenant(),
 		mode:          p.Mode(),
 		failureMode:   p.FailureMode(),
-		redisPrefix:   planeKey(p),
+		redisPrefix:   keyspace.PlanePrefix(p.ID()),
 		shardPrefixes: shardPrefixes(p),
 		denyUnknown:   spec.UnknownTenants == "deny",
 		denyEndpoint:  spec.UnknownEndpoints == "deny",

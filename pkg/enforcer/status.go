@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -331,25 +332,31 @@ func (e *Engine) RedisStatusOf(ctx context.Context, tenant string) (RedisStatus,
 	return st, nil
 }
 
-// tenantLevel is one of a tenant's levels and how Redis names its state.
+// tenantLevel is one of a tenant's levels and how Redis names its state
+// in a shard.
 type tenantLevel struct {
 	LimitStatus
-	redisName string // the key's name after the shard's prefix and "k:"/"t:"/"e:"
+	redisName func(keyspace.Prefix) string
 }
 
 // tenantLevels lists t's tenant, endpoint and key levels, in TenantStatus
 // order (keys by short hash), with how Redis names each.
 func tenantLevels(snap *snapshot, t *policy.Tenant) []tenantLevel {
 	p := snap.policy
-	holder := lengthPrefixed(t.Name)
+	holder := keyspace.Holder(t.Name)
+	key := func(digest string, lim *policy.Limit) func(keyspace.Prefix) string {
+		return func(prefix keyspace.Prefix) string { return prefix.Key(holder, digest, isWindow(lim)) }
+	}
 	var out []tenantLevel
-	if t.Limit != nil {
-		out = append(out, tenantLevel{LimitStatus{Level: LevelTenant, Limit: *t.Limit}, levelKey("t:"+holder, t.Limit)})
+	if lim := t.Limit; lim != nil {
+		out = append(out, tenantLevel{LimitStatus{Level: LevelTenant, Limit: *lim},
+			func(prefix keyspace.Prefix) string { return prefix.Tenant(holder, isWindow(lim)) }})
 	}
 	for i := range snap.endpoints {
 		if lim := p.EndpointLimit(t, i); lim != nil {
 			name := snap.endpoints[i].Name
-			out = append(out, tenantLevel{LimitStatus{Level: LevelEndpoint, Name: name, Limit: *lim}, levelKey("e:"+holder+":"+name, lim)})
+			out = append(out, tenantLevel{LimitStatus{Level: LevelEndpoint, Name: name, Limit: *lim},
+				func(prefix keyspace.Prefix) string { return prefix.Endpoint(holder, name, isWindow(lim)) }})
 		}
 	}
 	// The keys the policy names: overrides by the key, the rest by hash.
@@ -358,7 +365,7 @@ func tenantLevels(snap *snapshot, t *policy.Tenant) []tenantLevel {
 	for i := range t.Keys {
 		k := &t.Keys[i]
 		overridden[policy.HashKey(k.Key)] = true
-		keys = append(keys, tenantLevel{LimitStatus{Level: LevelKey, Name: policy.ShortKeyHash(k.Key), Limit: k.Limit}, levelKey("k:"+holder+":"+keyDigest(k.Key), &k.Limit)})
+		keys = append(keys, tenantLevel{LimitStatus{Level: LevelKey, Name: policy.ShortKeyHash(k.Key), Limit: k.Limit}, key(keyspace.KeyDigest(k.Key), &k.Limit)})
 	}
 	if tr, ok := p.Tier(t.Tier); ok && tr.Key != nil {
 		for _, h := range t.KeyHashes {
@@ -366,7 +373,7 @@ func tenantLevels(snap *snapshot, t *policy.Tenant) []tenantLevel {
 				continue
 			}
 			digest := strings.TrimPrefix(h, policy.KeyHashPrefix)
-			keys = append(keys, tenantLevel{LimitStatus{Level: LevelKey, Name: digest[:12], Limit: *tr.Key}, levelKey("k:"+holder+":"+digest[:32], tr.Key)})
+			keys = append(keys, tenantLevel{LimitStatus{Level: LevelKey, Name: digest[:12], Limit: *tr.Key}, key(digest[:32], tr.Key)})
 		}
 	}
 	slices.SortFunc(keys, func(a, b tenantLevel) int { return strings.Compare(a.Name, b.Name) })
@@ -393,28 +400,28 @@ func (c *central) peekShard(ctx context.Context, snap *snapshot, shard int, t *p
 		share := l.Share(1/float64(parts), snap.maxCost)
 		return &share
 	}
-	a := &batchArgs{index: map[string]int64{}}
+	var a batchArgs
 	global, pool := c.shardLimits(snap, shard)
-	a.add(prefix+"g", global)
-	a.add(prefix+"pool", pool)
+	a.reset(prefix, global, pool)
 	allowance := int64(0)
+	var at []int64 // the levels' indexes in KEYS
 	if ofTenant {
 		if snap.policy.MayBorrow(t) {
-			allowance = a.add(prefix+"a:"+lengthPrefixed(t.Name), part(snap.borrowCeiling))
+			allowance = a.add(prefix.Allowance(keyspace.Holder(t.Name)), part(snap.borrowCeiling))
 		}
 		for i := range levels {
 			lim := &levels[i].Limit
 			if levels[i].Level != LevelKey {
 				lim = part(lim)
 			}
-			a.add(prefix+levels[i].redisName, lim)
+			at = append(at, a.add(levels[i].redisName(prefix), lim))
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.e.settings.redisTimeout)
 	defer cancel()
-	reply, err := lua.Peek.Run(ctx, c.client, a.keys, a.limits, 0).Int64Slice()
-	if err == nil && len(reply) != 1+lua.PeekReplyFields*len(a.keys) {
-		err = fmt.Errorf("peek.lua answered %d values for %d keys", len(reply), len(a.keys))
+	reply, err := lua.Peek.RunCall(ctx, c.client, lua.PeekCall(&a.levels, 0)).Int64Slice()
+	if err == nil && len(reply) != 1+lua.PeekReplyFields*a.levels.Len() {
+		err = fmt.Errorf("peek.lua answered %d values for %d keys", len(reply), a.levels.Len())
 	}
 	if err != nil {
 		return shardRead{}, fmt.Errorf("read the plane's levels from Redis: %w", err)
@@ -431,7 +438,7 @@ func (c *central) peekShard(ctx context.Context, snap *snapshot, shard int, t *p
 	if ofTenant {
 		r.levels, r.present = make([]int64, len(levels)), make([]bool, len(levels))
 		for i := range levels {
-			r.levels[i], r.present[i] = left(a.index[prefix+levels[i].redisName])
+			r.levels[i], r.present[i] = left(at[i])
 		}
 	}
 	return r, nil

@@ -2,7 +2,7 @@ package lua
 
 // Decide is decide.lua: a batch of requests decided against every level of
 // the hierarchy and the burst pool in one atomic call.
-var Decide = load("decide.lua")
+var Decide = load("decide.lua", bucketLua)
 
 // The shape of a Decide call; decide.lua's header is the contract
 // (TestDecideShape checks that both agree).
@@ -15,8 +15,16 @@ const (
 	// reply's first element (the time the script decided at).
 	DecideReplyFields = 7
 	// RefundRecordFields is the little-endian int64 of each record of a
-	// Refund call (ARGV[3]): algorithm, rate, burst, period µs, tokens.
-	RefundRecordFields = 5
+	// Refund call (ARGV[3]): LevelFields, then the tokens to give back.
+	RefundRecordFields = LevelFields + 1
+	// DebitRecordFields is the little-endian int64 of each record of a
+	// Debit call (ARGV[2]): LevelFields, then the tokens to debit.
+	DebitRecordFields = LevelFields + 1
+	// ReconcileRecordFields is the little-endian int64 of each lower
+	// level's record of a Reconcile call (ARGV[11]): LevelFields, the
+	// tokens the node admitted there and its demand there (thousandths of
+	// a token per second).
+	ReconcileRecordFields = LevelFields + 2
 )
 
 // Algorithms of a level, as Decide takes them.
@@ -47,7 +55,7 @@ const (
 
 // Refund is refund.lua: what Decide debited for the part of a group that
 // one shard admitted and another denied, given back.
-var Refund = load("refund.lua")
+var Refund = load("refund.lua", bucketLua)
 
 // Heartbeat is heartbeat.lua: a node's heartbeat, answered with the number
 // of live nodes and, with a demand report, the live nodes' reports.
@@ -55,11 +63,11 @@ var Heartbeat = load("heartbeat.lua")
 
 // Debit is debit.lua: tokens a node admitted on its own, debited from the
 // fleet's buckets.
-var Debit = load("debit.lua")
+var Debit = load("debit.lua", bucketLua)
 
 // Reconcile is reconcile.lua: a node's push of what it admitted and pull of
 // the fleet's view, in local-reconciled mode.
-var Reconcile = load("reconcile.lua")
+var Reconcile = load("reconcile.lua", bucketLua)
 
 // Upstream is upstream.lua: an enforcer's exchange with the fleet about a
 // plane's degraded upstreams (the plan, and the fleet's demand per class).

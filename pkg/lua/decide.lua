@@ -4,12 +4,13 @@
 -- endpoint limit and the api key limit, and the request's fair share
 -- when the plane is contended. It is the Go engine's decision
 -- (pkg/enforcer, decideLocked) in Lua: the same integer arithmetic, the
--- same order, the same answers.
+-- same order, the same answers. bucket.lua comes in front of it.
 --
 -- KEYS     the distinct keys the batch touches, each once: KEYS[1] is the
 --          global bucket, KEYS[2] the burst pool (any name without a
 --          pool), KEYS[3] the demand counter (see ARGV[4]). All keys share
---          one hash tag: one call, one cluster slot. A global with no limit
+--          one hash tag: one call, one cluster slot (pkg/keyspace names
+--          them). A global with no limit
 --          (algorithm 0) is no level: the batch is decided at the levels
 --          below it (local-reconciled's limits too small to split over its
 --          nodes, pkg/enforcer hybrid.go).
@@ -44,14 +45,10 @@
 -- µs), so refill is exact integer arithmetic. Policy bounds burst × period
 -- to 2^53, where doubles are still exact integers.
 --
--- State: a bucket is 32 bytes, four little-endian int64: level in
--- token·µs, last refill µs, and the period and rate it was written with
--- (binary: packing and unpacking is C, where formatting and parsing text is
--- Lua and garbage); a missing bucket is full. A bucket read with another
--- period has its tokens rescaled (to within a token: doubles), and one read
--- with another rate or period is written back, so that its expiry follows
--- the limit in force. A sliding window is a list of "at:cost" entries, oldest first; a
--- missing window is empty. A key is read at most once per call, when a
+-- State: a bucket or a window as bucket.lua keeps them; a missing bucket
+-- is full. A bucket read with another period has its tokens rescaled, and
+-- one read with another rate or period is written back, so that its expiry
+-- follows the limit in force. A missing window is empty. A key is read at most once per call, when a
 -- request first needs it, and written at most once, when a request debited
 -- it, with an expiry at the time it would be full (or empty) again, when
 -- losing it changes nothing. A bucket with rate 0 never refills; it expires
@@ -93,10 +90,6 @@ local HOUR = 3600000000
 local INF = math.huge
 local unpack4 = '<i8i8i8i8'
 local unpack_request = '<i8i8i8i8i8i8i8i8i8'
-local BUCKET_FORMAT = '<i8i8i8i8'
--- a bucket of a limit that never refills (rate 0) expires after a week
--- without a debit: state for holders requests name must not live forever
-local NO_REFILL_TTL_MS = 7 * 24 * 3600 * 1000
 -- a share bucket stays this long after it would be full again
 local SHARE_LINGER_MS = 60000
 
@@ -107,24 +100,8 @@ local SHARE = 13
 -- windows: BUCKET false, then
 local SUM, HEAD, AT, COST, LOADED, LATEST = 2, 3, 4, 5, 6, 7
 
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local limits, requests = ARGV[2], ARGV[3]
-
--- floor(a / b) for integers a ≥ 0, b > 0 up to 2^53, exactly: the float
--- quotient is off by at most one.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
 
 local states = {} -- index in KEYS -> state, loaded on first use
 
@@ -140,26 +117,11 @@ local function level(i, cost)
     local cap = burst * per
     s = {true, cap, now, rate, burst, per, cap, 1 / per, (rate > 0) and math.ceil(cap / rate) or INF, false}
     if alg == 3 then s[SHARE], s[LEVEL] = true, math.min(cost or 0, burst) * per end
-    local v = redis.call('GET', KEYS[i])
-    if v and #v == 32 then
-      local l, t, p, r = struct.unpack(BUCKET_FORMAT, v)
-      if p ~= per then -- the period changed: rescale the tokens
-        if l >= burst * p then l = cap else l = math.floor(l * per / p) end
-      end
-      s[LEVEL], s[LAST] = math.min(l, cap), t
-      s[DIRTY] = p ~= per or r ~= rate
-    end
+    local l, last, rewrite = read_bucket(redis.call('GET', KEYS[i]), rate, burst, per, cap)
+    if l then s[LEVEL], s[LAST], s[DIRTY] = l, last, rewrite end
   elseif alg == 2 then
-    s = {false, 0, 1, {}, {}, 0, 0, false, false, false, rate, per}
-    local at, cost = s[AT], s[COST]
-    local items = redis.call('LRANGE', KEYS[i], 0, -1)
-    for j, item in ipairs(items) do
-      local a, c = string.match(item, '^(%d+):(%d+)$')
-      at[j], cost[j] = tonumber(a), tonumber(c)
-      s[SUM] = s[SUM] + cost[j]
-      s[LATEST] = at[j]
-    end
-    s[LOADED] = #items
+    local at, costs, sum = read_window(KEYS[i])
+    s = {false, sum, 1, at, costs, #at, at[#at] or 0, false, false, false, rate, per}
   else
     return nil
   end
@@ -446,12 +408,7 @@ end
 for i, s in pairs(states) do
   if s[DIRTY] then
     if s[BUCKET] then
-      local v = struct.pack(BUCKET_FORMAT, s[LEVEL], s[LAST], s[PER], s[RATE])
-      local ms = NO_REFILL_TTL_MS
-      if s[RATE] > 0 then
-        ms = math.ceil((s[CAP] - s[LEVEL]) / s[RATE] / 1000) + (s[SHARE] and SHARE_LINGER_MS or 1000)
-      end
-      redis.call('SET', KEYS[i], v, 'PX', string.format('%d', ms))
+      write_bucket(KEYS[i], s[LEVEL], s[LAST], s[RATE], s[PER], s[CAP], s[SHARE] and SHARE_LINGER_MS or 1000)
     else
       local at, cost = s[AT], s[COST]
       if s[HEAD] > 1 then redis.call('LTRIM', KEYS[i], s[HEAD] - 1, -1) end

@@ -2,7 +2,8 @@
 -- peek.lua: the tokens left at levels of a plane, as decide.lua would see
 -- them now, without changing anything: the debug view of mode central.
 -- The no-writes flag makes Redis refuse any write this script might try,
--- and lets it run on a replica (EVALSHA_RO).
+-- and lets it run on a replica (EVALSHA_RO). bucket.lua comes in front of
+-- it (after this line's flags).
 --
 -- KEYS     the levels to read: bucket or sliding-window keys as decide.lua
 --          names them (pkg/enforcer's central.go), each with one hash tag
@@ -17,13 +18,10 @@
 -- record is a full bucket or an empty window; 0 for algorithm 0), and 1
 -- when Redis holds a record for the key, 0 when not}.
 --
--- State read, as decide.lua writes it: a bucket is 32 bytes, four
--- little-endian int64, level in token·µs, last refill µs, and the period
--- and rate it was written with (a bucket written with another period has
--- its tokens rescaled, as decide.lua does); a window is a list of "at:cost"
--- entries, oldest first, whose clock is the later of now and its newest
--- entry. A record of another shape (a key of another kind) reads as
--- missing, as decide.lua reads it.
+-- State read, as decide.lua reads it (bucket.lua): a bucket written with
+-- another period has its tokens rescaled; a window's clock is the later
+-- of now and its newest entry. A record of another shape (a key of another
+-- kind) reads as missing, as decide.lua reads it.
 --
 -- Side effects: none.
 --
@@ -31,24 +29,8 @@
 
 local unpack4 = '<i8i8i8i8'
 
-local now = tonumber(ARGV[2])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[2])
 local limits = ARGV[1]
-
--- floor(a / b) for integers up to 2^53, b > 0, exactly (decide.lua's idiv,
--- for a of either sign)
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
 
 local out = {now}
 for i = 1, #KEYS do
@@ -57,14 +39,9 @@ for i = 1, #KEYS do
   if alg == 1 then
     local cap = burst * per
     local level = cap
-    local v = redis.call('GET', KEYS[i])
-    if v and #v == 32 then
-      present = 1
-      local l, last, p = struct.unpack(unpack4, v)
-      if p ~= per then -- the period changed: rescale, as decide.lua does
-        if l >= burst * p then l = cap else l = math.floor(l * per / p) end
-      end
-      level = math.min(l, cap)
+    local l, last = read_bucket(redis.call('GET', KEYS[i]), rate, burst, per, cap)
+    if l then
+      present, level = 1, l
       if now > last then
         local elapsed = now - last
         if rate > 0 and elapsed >= math.ceil(cap / rate) then
@@ -76,15 +53,9 @@ for i = 1, #KEYS do
     end
     left = idiv(level, per)
   elseif alg == 2 then
-    local items = redis.call('LRANGE', KEYS[i], 0, -1)
-    local at, cost, latest = {}, {}, 0
-    for j, item in ipairs(items) do
-      local a, c = string.match(item, '^(%d+):(%d+)$')
-      at[j], cost[j] = tonumber(a), tonumber(c)
-      latest = at[j]
-    end
-    if #items > 0 then present = 1 end
-    local t = math.max(now, latest) - per
+    local at, cost = read_window(KEYS[i])
+    if #at > 0 then present = 1 end
+    local t = math.max(now, at[#at] or 0) - per
     local sum = 0
     for j = 1, #at do
       if at[j] > t then sum = sum + cost[j] end

@@ -1,7 +1,8 @@
 -- reconcile.lua: one node's reconcile in local-reconciled mode. The node
 -- pushes the tokens it admitted since its last push, its admission rate and
 -- its demand, and pulls the fleet's view: the global level as of now and
--- the live nodes' total demand, from which it sizes its share.
+-- the live nodes' total demand, from which it sizes its share. bucket.lua
+-- comes in front of it.
 --
 -- KEYS[1]  the global bucket (decide.lua's format: central and
 --          local-reconciled share it, so a change of mode keeps the state)
@@ -90,15 +91,8 @@ redis.call('PEXPIRE', KEYS[2], math.max(ttl, hold))
 -- the global bucket, refilled to now
 local cap = burst * per
 local ceiling = cap + rate * tonumber(ARGV[10])
-local level, last = cap, now
-local v = redis.call('GET', KEYS[1])
-if v and #v == 32 then
-  local l, at, p = struct.unpack('<i8i8i8i8', v)
-  if p ~= per then
-    if l >= burst * p then l = cap else l = math.floor(l * per / p) end
-  end
-  level, last = math.min(l, ceiling), at
-end
+local level, last = read_bucket(redis.call('GET', KEYS[1]), rate, burst, per, ceiling)
+if not level then level, last = cap, now end
 if now > last then
   if rate > 0 then level = math.min(level + (now - last) * rate, ceiling) end
   last = now
@@ -112,10 +106,7 @@ if fresh then
 end
 -- Written on every reconcile, also with nothing to debit: the refill a
 -- later push pays for must count from now, not from that push.
-local value = struct.pack('<i8i8i8i8', level, last, per, rate)
-local ms = 7 * 24 * 3600 * 1000 -- rate 0: as decide.lua
-if rate > 0 then ms = math.max(math.ceil((ceiling - level) / rate / 1000) + 1000, hold) end
-redis.call('SET', KEYS[1], value, 'PX', string.format('%d', ms))
+write_bucket(KEYS[1], level, last, rate, per, ceiling, 1000, hold)
 redis.call('HSET', KEYS[3], 'r:' .. node, admit_rate, 't:' .. node, now)
 if demand >= 0 then
   redis.call('HSET', KEYS[3], 'd:' .. node, demand)
@@ -193,23 +184,14 @@ for i = 5, #KEYS do
   if alg == 1 then
     local bcap = bburst * bper
     local bceil = bcap + brate * interval
-    local l, at = bcap, now
-    local bv = redis.call('GET', key)
-    if bv and #bv == 32 then
-      local vl, vat, vp = struct.unpack('<i8i8i8i8', bv)
-      if vp ~= bper then
-        if vl >= bburst * vp then vl = bcap else vl = math.floor(vl * bper / vp) end
-      end
-      l, at = math.min(vl, bceil), vat
-    end
+    local l, at = read_bucket(redis.call('GET', key), brate, bburst, bper, bceil)
+    if not l then l, at = bcap, now end
     if now > at then
       if brate > 0 then l = math.min(l + (now - at) * brate, bceil) end
       at = now
     end
     if fresh then l = math.max(l - btokens * bper, -bcap) end
-    local bms = 7 * 24 * 3600 * 1000
-    if brate > 0 then bms = math.max(math.ceil((bceil - l) / brate / 1000) + 1000, hold) end
-    redis.call('SET', key, struct.pack('<i8i8i8i8', l, at, bper, brate), 'PX', string.format('%d', bms))
+    write_bucket(key, l, at, brate, bper, bceil, 1000, hold)
     blevel = l
   end
   -- the demand record: this node's rate replaces its last; the fleet's

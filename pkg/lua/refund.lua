@@ -2,7 +2,8 @@
 -- spanning the shards of a plane (a Redis Cluster) could not keep: their
 -- shard admitted them, another shard denied its part of the group. Each
 -- record undoes one debit of one level: a bucket gets its tokens back, up
--- to its burst; a window loses the entry the debit added.
+-- to its burst; a window loses the entry the debit added. bucket.lua comes
+-- in front of it.
 --
 -- KEYS[i]  the level of record i (a bucket or a window, as decide.lua keeps
 --          them; a key may come more than once); all keys share one hash
@@ -28,11 +29,7 @@
 --
 -- Complexity: O(#KEYS) and, for a window, O(entries) ≤ its rate.
 
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[1])
 local decided = tonumber(ARGV[2])
 local records = ARGV[3]
 local applied = 0
@@ -40,30 +37,20 @@ for i, key in ipairs(KEYS) do
   local alg, rate, burst, per, tokens = struct.unpack('<i8i8i8i8i8', records, 40 * (i - 1) + 1)
   if alg == 1 then
     local cap = burst * per
-    local level, last = cap, now
-    local v = redis.call('GET', key)
-    if v and #v == 32 then
-      local l, t, p = struct.unpack('<i8i8i8i8', v)
-      if p ~= per then
-        if l >= burst * p then l = cap else l = math.floor(l * per / p) end
-      end
-      level, last = math.min(l, cap), t
-    end
+    local level, last = read_bucket(redis.call('GET', key), rate, burst, per, cap)
+    if not level then level, last = cap, now end
     if now > last then
       if rate > 0 then level = math.min(level + (now - last) * rate, cap) end
       last = now
     end
     level = math.min(level + tokens * per, cap)
-    local ms = 7 * 24 * 3600 * 1000 -- rate 0: as decide.lua
-    if rate > 0 then ms = math.ceil((cap - level) / rate / 1000) + 1000 end
-    redis.call('SET', key, struct.pack('<i8i8i8i8', level, last, per, rate), 'PX', string.format('%d', ms))
+    write_bucket(key, level, last, rate, per, cap, 1000)
     applied = applied + 1
   elseif alg == 2 then
-    local items = redis.call('LRANGE', key, 0, -1)
-    for _, item in ipairs(items) do
-      local a, c = string.match(item, '^(%d+):(%d+)$')
-      if tonumber(a) >= decided and tonumber(c) == tokens then
-        redis.call('LREM', key, 1, item)
+    local at, cost = read_window(key)
+    for j = 1, #at do
+      if at[j] >= decided and cost[j] == tokens then
+        redis.call('LREM', key, 1, string.format('%d:%d', at[j], cost[j]))
         applied = applied + 1
         break
       end

@@ -24,15 +24,40 @@ type Script struct {
 	sha string
 }
 
-// load reads an embedded script; a missing one is a build mistake.
-func load(name string) *Script {
+// load reads an embedded script with the shared files it uses composed in
+// front of it, in order (after the script's shebang line, which must stay
+// first): the SHA-1 is the composed text's. A missing file is a build
+// mistake.
+func load(name string, shared ...string) *Script {
+	src := embedded(name)
+	var head string
+	if strings.HasPrefix(src, "#!") {
+		line, rest, _ := strings.Cut(src, "\n")
+		head, src = line+"\n", rest
+	}
+	var b strings.Builder
+	b.WriteString(head)
+	for _, s := range shared {
+		b.WriteString(embedded(s))
+		b.WriteString("\n")
+	}
+	b.WriteString(src)
+	text := b.String()
+	sum := sha1.Sum([]byte(text))
+	return &Script{src: text, sha: hex.EncodeToString(sum[:])}
+}
+
+// embedded is the text of an embedded file.
+func embedded(name string) string {
 	b, err := files.ReadFile(name)
 	if err != nil {
 		panic(fmt.Sprintf("lua: %s is not embedded: %v", name, err))
 	}
-	sum := sha1.Sum(b)
-	return &Script{src: string(b), sha: hex.EncodeToString(sum[:])}
+	return string(b)
 }
+
+// bucketLua is the code the scripts that keep levels share (bucket.lua).
+const bucketLua = "bucket.lua"
 
 // SHA is the script's SHA-1, as EVALSHA takes it.
 func (s *Script) SHA() string { return s.sha }

@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 )
 
 // EnforcersKey names the hash where a plane's enforcers report what they
 // loaded: field the enforcer's id, value "version:decisions per second:ms
 // until which the report holds" (Redis hashes expire as a whole, so each
 // report carries its own expiry; Report drops the lapsed ones).
-func EnforcersKey(plane string) string { return "qp:{" + plane + "}:enforcers" }
+func EnforcersKey(plane string) string { return keyspace.Enforcers(plane) }
 
 // EnforcerStatesKey names the hash beside EnforcersKey where each enforcer
 // reports its state with its report: field the enforcer's id, value
@@ -25,7 +27,7 @@ func EnforcersKey(plane string) string { return "qp:{" + plane + "}:enforcers" }
 // garbage and delete it: in a rolling upgrade they keep the later
 // enforcers' reports, and a report without a state (an earlier
 // enforcer's) reads with an empty Mode.
-func EnforcerStatesKey(plane string) string { return "qp:{" + plane + "}:enforcers:state" }
+func EnforcerStatesKey(plane string) string { return keyspace.EnforcerStates(plane) }
 
 // EnforcerReport is what one enforcer said it runs.
 type EnforcerReport struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -57,7 +58,7 @@ var (
 // PolicyKey names plane's policy hash in Redis, which is also the pub/sub
 // channel that hears of new versions: qp:{plane}:policy. The braces make the
 // plane the hash tag, so every key of the plane is in one cluster slot.
-func PolicyKey(plane string) string { return "qp:{" + plane + "}:policy" }
+func PolicyKey(plane string) string { return keyspace.Policy(plane) }
 
 // ValidatePlane checks that plane can name a plane's keys: non-empty and
 // free of the braces that delimit a hash tag.

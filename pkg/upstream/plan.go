@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
@@ -215,29 +216,25 @@ func Staleness(age time.Duration) float64 {
 // PlanKey is the Redis key of a plane's plan, beside its policy (the same
 // hash tag: store.PolicyKey): a hash of seq, at (PublishedMs) and body (the
 // plan's JSON), expiring PlanTTL after the last publish.
-func PlanKey(plane string) string { return "qp:{" + plane + "}:upstream:plan" }
+func PlanKey(plane string) string { return keyspace.UpstreamPlan(plane) }
 
 // DemandKey is the hash where enforcers report their demand per class on
 // one upstream (field: node id).
-func DemandKey(plane, upstream string) string {
-	return "qp:{" + plane + "}:upstream:" + upstream + ":demand"
-}
+func DemandKey(plane, upstream string) string { return keyspace.UpstreamDemand(plane, upstream) }
 
 // ReportsKey is the list where enforcers forward passive reports of one
 // upstream for the leader.
-func ReportsKey(plane, upstream string) string {
-	return "qp:{" + plane + "}:upstream:" + upstream + ":reports"
-}
+func ReportsKey(plane, upstream string) string { return keyspace.UpstreamReports(plane, upstream) }
 
 // NodesKey is the hash of the enforcers that exchange with the plan (field:
 // node id, value: the ms of Redis TIME of its last exchange), pruned of
 // the silent ones at every exchange: the fleet the leader reads usage of,
 // and an enforcer's count of live nodes.
-func NodesKey(plane string) string { return "qp:{" + plane + "}:upstream:nodes" }
+func NodesKey(plane string) string { return keyspace.UpstreamNodes(plane) }
 
 // UsageKey is where enforcer node reports its busiest tenants' admitted
 // rates (Usage), expiring three UsageIntervals after its last report.
-func UsageKey(plane, node string) string { return "qp:{" + plane + "}:upstream:usage:" + node }
+func UsageKey(plane, node string) string { return keyspace.UpstreamUsage(plane, node) }
 
 // Encode returns the plan's JSON.
 func (p *Plan) Encode() ([]byte, error) { return json.Marshal(p) }
