@@ -164,6 +164,7 @@ func worstDeviation(res scenarioResult, shares []float64) (worst float64, at int
 // Negative control: first come, first served (fairness none) fails the
 // check.
 func TestZipfOverloadAdmitsFairShares(t *testing.T) {
+	t.Parallel() // virtual time: deterministic, whatever else runs
 	const globalRate = 10_000
 	tenants := zipfTenants(1000, 1.2, 1.5*globalRate, []float64{0.05, 0.20, 0.75}, 1)
 	run := func(fairness, shareBy, reference string) (worst float64, at int, res scenarioResult, shares []float64) {
@@ -248,6 +249,7 @@ spec: {tenant: capped, limit: {rate: 100, burst: 100}}
 // tenant whose share is 0.17 requests/s would spend the first minute of
 // contention over it.
 func TestLongTailGetsItsTierShare(t *testing.T) {
+	t.Parallel() // virtual time: deterministic, whatever else runs
 	const globalRate = 3000
 	rng := rand.New(rand.NewPCG(5, 5))
 	tenants := []fairTenant{{name: "whale", tier: 0, weight: 8, offered: 3000}}
@@ -311,12 +313,13 @@ func TestPacedRequestCostlierThanItsShareBucket(t *testing.T) {
 }
 
 // TestAllocateMatchesTheReference: the engine's allocation (fairness.allocate:
-// the tiers' water levels) against pkg/fairref on 2,000 seeded random
+// the tiers' water levels) against pkg/fairref on 1,000 seeded random
 // planes and demands, by each shareBy: every tenant's share, its tier's
 // level times its weight at most its claim, within 1e-6 of the reference.
 func TestAllocateMatchesTheReference(t *testing.T) {
+	t.Parallel() // virtual time: deterministic, whatever else runs
 	rng := rand.New(rand.NewPCG(7, 7))
-	for n := range 2000 {
+	for n := range 1000 {
 		shareBy := []string{"tier", "tenant"}[n%2]
 		tiers := make([]fairTier, 1+rng.IntN(4))
 		floorLeft := int64(100)
