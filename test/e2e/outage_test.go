@@ -18,7 +18,9 @@ import (
 
 // TestRedisRestartUnderLoad is issue 17's defect, over HTTP with real
 // processes: two central enforcers on one Redis run the sample plane at
-// 30 % of its global limit; Redis is killed for 5 s and comes back empty.
+// 10 % of its global limit (the issue's 30 % is hack/experiments' to run:
+// in make test it would starve the packages tested beside it); Redis is
+// killed for 5 s and comes back empty.
 // Nothing fails meanwhile, and once Redis is back no request is denied at
 // the global level: the fleet is far under every limit, and a tenant far
 // under its share must never pay for an outage it did not cause. Before
@@ -46,9 +48,9 @@ func TestRedisRestartUnderLoad(t *testing.T) {
 		poll.Until(t, 30*time.Second, e.id+" is ready", func() bool { return e.get(t, "/readyz") == http.StatusOK })
 	}
 
-	// 3,000 requests a second (the global limit is 10,000) from 600
-	// free-tier tenants, 5 a second each (their limit is 50), in windows
-	// of half a second.
+	// 1,000 requests a second (the global limit is 10,000) from 600
+	// free-tier tenants, 5 every 3 s each (their limit is 50 a second), in
+	// windows of half a second.
 	const window = 500 * time.Millisecond
 	type counts struct{ admitted, global, other, failed atomic.Int64 }
 	var windows [40]counts
@@ -56,7 +58,7 @@ func TestRedisRestartUnderLoad(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	for g := range 30 {
+	for g := range 10 {
 		wg.Go(func() {
 			tick := time.NewTicker(10 * time.Millisecond)
 			defer tick.Stop()
@@ -114,6 +116,6 @@ func TestRedisRestartUnderLoad(t *testing.T) {
 		t.Errorf("%d requests failed and %d were denied below global; want none", failed, other)
 	}
 	if after == 0 || afterGlobal*100 > after {
-		t.Errorf("after Redis came back, %d of %d requests were denied at global; want (almost) none: the fleet is at 30 %% of the limit", afterGlobal, after)
+		t.Errorf("after Redis came back, %d of %d requests were denied at global; want (almost) none: the fleet is at 10 %% of the limit", afterGlobal, after)
 	}
 }
