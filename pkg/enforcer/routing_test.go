@@ -130,7 +130,11 @@ func TestReconciledLevelsFollowRouting(t *testing.T) {
 				p := levelPlane(t, sprintf("routing-%s-%d", cl.mode, c), cl.mode, cl.level, cl.rate, interval)
 				var fleet []*Engine
 				for n := range nodes {
-					fleet = append(fleet, newEngine(t, p, WithRedis(srv.Client()), WithNodeID(sprintf("%s-c%d-n%d", cl.mode, c, n))))
+					// A deadline of a second: the test measures the levels under
+					// routing, not the failure mode, which 36 engines under the
+					// race detector beside other packages' tests would otherwise
+					// set off with the default 50 ms.
+					fleet = append(fleet, newEngine(t, p, WithRedis(srv.Client()), WithNodeID(sprintf("%s-c%d-n%d", cl.mode, c, n)), WithRedisTimeout(time.Second)))
 				}
 				results[c] = routedAdmission(t, fleet, cl.tenants, 2*cl.rate, cl.route.route, 1500*time.Millisecond, 3*time.Second)
 			})
