@@ -94,20 +94,30 @@ func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []De
 		return allowed, err
 	}
 	for i, c := range calls {
-		b.journalAdmitted(c, rs[i].Tenant, ds[i].Cost, ds[i].Borrowed)
+		b.journalAdmitted(c, rs[i].Tenant, rs[i].APIKey, ds[i].Cost, ds[i].Borrowed)
 	}
 	return true, nil
 }
 
 // journalAdmitted notes what the node admitted on its own for call c of
-// tenant (cost, of which borrowed from the pool), to be debited from the
-// fleet's buckets when Redis is back (recovered).
-func (b *central) journalAdmitted(c *centralCall, tenant string, cost, borrowed int64) {
+// tenant with apiKey (cost, of which borrowed from the pool), level by
+// level, to be debited from the fleet's buckets when Redis is back
+// (recovered).
+func (b *central) journalAdmitted(c *centralCall, tenant, apiKey string, cost, borrowed int64) {
 	prefix := c.snap.shardPrefixes[c.shard]
 	global, _ := b.shardLimits(c.snap, c.shard)
-	b.journal.add(journalEntry{shard: prefix, key: prefix.Global(), limit: global, tokens: cost})
-	if t := c.limits[0]; t != nil && t.Algorithm == policy.TokenBucket && cost > borrowed {
-		b.journal.add(journalEntry{shard: prefix, key: c.keys[0], limit: t, tokens: cost - borrowed, tenant: tenant})
+	b.journal.add(journalEntry{shard: prefix, key: prefix.Global(), limit: global, tokens: cost, stand: standIn{level: LevelGlobal}})
+	add := func(i int, tokens int64, s standIn) {
+		if l := c.limits[i]; l != nil && l.Algorithm == policy.TokenBucket && tokens > 0 {
+			b.journal.add(journalEntry{shard: prefix, key: c.keys[i], limit: l, tokens: tokens, stand: s})
+		}
+	}
+	add(0, cost-borrowed, standIn{level: LevelTenant, tenant: tenant})
+	if c.endpoint != nil {
+		add(2, cost, standIn{level: LevelEndpoint, tenant: tenant, endpoint: c.endpoint.Name})
+	}
+	if apiKey != "" {
+		add(3, cost, standIn{level: LevelKey, tenant: tenant, apiKey: apiKey})
 	}
 }
 

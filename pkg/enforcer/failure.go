@@ -44,14 +44,14 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error
 	}
 	if c.state.Load() != callSent {
 		if d.Allow {
-			b.journalAdmitted(c, r.Tenant, d.Cost, d.Borrowed)
+			b.journalAdmitted(c, r.Tenant, r.APIKey, d.Cost, d.Borrowed)
 		}
 		return nil
 	}
 	// Redis may decide the call yet: its answer says whether what the node
 	// admitted is owed (settleLate).
 	if d.Allow {
-		c.local = localAdmission{cost: d.Cost, borrowed: d.Borrowed, tenant: strings.Clone(r.Tenant)}
+		c.local = localAdmission{cost: d.Cost, borrowed: d.Borrowed, tenant: strings.Clone(r.Tenant), apiKey: strings.Clone(r.APIKey)}
 	}
 	if c.finished.Add(1) == 2 {
 		b.settleLate(c)
@@ -60,10 +60,11 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error
 }
 
 // localAdmission is what the failure mode admitted for a call that a
-// worker sent: the call's cost, what of it was borrowed, its tenant.
+// worker sent: the call's cost, what of it was borrowed, its tenant and
+// api key.
 type localAdmission struct {
 	cost, borrowed int64
-	tenant         string
+	tenant, apiKey string
 }
 
 // settleLate journals what the failure mode admitted for a sent call
@@ -74,7 +75,7 @@ type localAdmission struct {
 // denied, the fleet's buckets never saw.
 func (b *central) settleLate(c *centralCall) {
 	if c.local.cost > 0 && (c.err != nil || c.reply[0] != 1) {
-		b.journalAdmitted(c, c.local.tenant, c.local.cost, c.local.borrowed)
+		b.journalAdmitted(c, c.local.tenant, c.local.apiKey, c.local.cost, c.local.borrowed)
 	}
 }
 
@@ -97,9 +98,11 @@ func (b *central) settleLate(c *centralCall) {
 // their levels (and refill while Redis decides), so that a blip soon after
 // another starts from what the last one left, not from a full bucket.
 //
-// The debt is split over the bucket's journaled keys (the global level's
-// shards, a tenant's) by what each admitted (a call Redis may have
-// decided too is journaled once its answer says it did not admit it:
+// Every level is owed so: the global level, and a tenant's, endpoint's and
+// api key's (token buckets; a sliding window forgets on its own). A local
+// bucket's debt is split over the keys it stood in for (the global level's
+// shards, a split tenant's parts) by what each admitted (a call Redis may
+// have decided too is journaled once its answer says it did not admit it:
 // settleLate). A debit that fails stays owed.
 func (b *central) recovered() {
 	entries := b.journal.take()
@@ -108,37 +111,22 @@ func (b *central) recovered() {
 	}
 	e, now := b.e, b.e.clock()
 	type owed struct{ journaled, lack int64 }
-	stands := map[string]*owed{} // by tenant; "" is the global level
+	stands := map[standIn]*owed{}
 	for _, en := range entries {
-		o := stands[en.tenant]
+		o := stands[en.stand]
 		if o == nil {
 			o = &owed{}
-			stands[en.tenant] = o
+			stands[en.stand] = o
 		}
 		o.journaled += en.tokens
 	}
 	local := e.snap.Load()
-	for tenant, o := range stands {
-		if tenant == "" {
-			pl := &e.plane
-			pl.mu.Lock()
-			o.lack = pl.global.lack(now)
-			pl.mu.Unlock()
-			continue
-		}
-		ts := local.known[tenant]
-		if ts == nil {
-			ts = e.tenants.get(tenant)
-		}
-		if ts != nil {
-			ts.mu.Lock()
-			o.lack = ts.limit.lack(now)
-			ts.mu.Unlock()
-		}
+	for s, o := range stands {
+		o.lack = e.lackOf(s, local, now)
 	}
 	byShard := map[keyspace.Prefix][]journalEntry{}
 	for _, en := range entries {
-		if o := stands[en.tenant]; o.journaled > 0 {
+		if o := stands[en.stand]; o.journaled > 0 {
 			en.owed += min(en.tokens, int64(math.Ceil(float64(en.tokens)*float64(o.lack)/float64(o.journaled))))
 		}
 		en.tokens = 0
@@ -181,10 +169,51 @@ type journalEntry struct {
 	tokens int64         // admitted on the node's own
 	// owed is what a debit that failed left to debit: tokens already
 	// weighed against the local bucket's lack (recovered).
-	owed int64
-	// tenant names the tenant whose local bucket stood in for key; empty
-	// for the global level.
-	tenant string
+	owed  int64
+	stand standIn // the local bucket that stood in for key's
+}
+
+// standIn names a local bucket that stands in for a fleet's while Redis is
+// away: the global level's, or a level of a tenant's (with the endpoint or
+// the api key, for those levels).
+type standIn struct {
+	level                    Level
+	tenant, endpoint, apiKey string
+}
+
+// lackOf is what the local bucket s lacks of full at now (0 when it holds
+// no state: one forgotten is as a full one would be).
+func (e *Engine) lackOf(s standIn, local *snapshot, now int64) int64 {
+	if s.level == LevelGlobal {
+		pl := &e.plane
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		return pl.global.lack(now)
+	}
+	ts := local.known[s.tenant]
+	if ts == nil {
+		ts = e.tenants.get(s.tenant)
+	}
+	if ts == nil {
+		return 0
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	switch s.level {
+	case LevelTenant:
+		return ts.limit.lack(now)
+	case LevelEndpoint:
+		if ep, _, ok := local.endpoint(s.endpoint); ok && ts.rec != nil {
+			if slot := ts.rec.endpointSlot(ep); slot >= 0 {
+				return ts.endpoints[slot].lack(now)
+			}
+		}
+	case LevelKey:
+		if ks := ts.keys.get(s.apiKey); ks != nil {
+			return ks.limit.lack(now)
+		}
+	}
+	return 0
 }
 
 const maxJournal = 10_000
@@ -201,7 +230,8 @@ func (j *journal) add(add journalEntry) {
 		if len(j.entries) >= maxJournal {
 			return
 		}
-		add.tenant = strings.Clone(add.tenant) // a request's: it may be a view of a larger buffer
+		s := &add.stand // a request's names: they may be views of a larger buffer
+		s.tenant, s.endpoint, s.apiKey = strings.Clone(s.tenant), strings.Clone(s.endpoint), strings.Clone(s.apiKey)
 		en = &add
 		j.entries[add.key] = en
 		return
