@@ -342,12 +342,13 @@ func (b *central) submit(ctx context.Context, c *centralCall) (queued bool, err 
 		c.state.CompareAndSwap(callQueued, callAbandoned)
 		return true, ctx.Err()
 	case <-timer.C:
+		err := fmt.Errorf("%w: no answer within %s", errRedisUnavailable, b.e.settings.redisTimeout)
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
 			// A Redis slow enough that calls wait their deadline out in the
 			// queue counts as failing, or the breaker would never open.
-			b.breaker.failure(b.e.clock())
+			b.breaker.failure(b.e.clock(), err)
 		}
-		return true, fmt.Errorf("%w: no answer within %s", errRedisUnavailable, b.e.settings.redisTimeout)
+		return true, err
 	}
 }
 
@@ -509,10 +510,10 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 		// show Redis back: the breaker probes again after its cooldown,
 		// instead of staying in probing, shut, for good.
 		b.stats.failures.Add(1)
-		b.breaker.probeFailed(b.e.clock())
+		b.breaker.probeFailed(b.e.clock(), err)
 	case err != nil: // decided set the err of every call it could not decide
 		b.stats.failures.Add(1)
-		b.breaker.failure(b.e.clock())
+		b.breaker.failure(b.e.clock(), err)
 	case b.breaker.success():
 		// Off the callers' path; decisions meanwhile go to the failure mode,
 		// so none is made against fleet buckets that miss the node's debit.

@@ -175,7 +175,7 @@ func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
 	e := centralEngine(t, p, srv.Client(), "n1", WithClock(clock), withBreakerCooldown(time.Second))
 	b := e.central
 	for range 3 {
-		b.breaker.failure(nowUs.Load())
+		b.breaker.failure(nowUs.Load(), errRedisUnavailable)
 	}
 	nowUs.Add(2 * time.Second.Microseconds()) // the cooldown is over: a probe may go
 	c, err := b.prepare(b.snap.Load(), &Request{Tenant: "a", Endpoint: "x"})
@@ -215,13 +215,13 @@ func TestCentralBreakerNotStuckByErrorProbe(t *testing.T) {
 	b.init(3, time.Second)
 	now := time.Now().UnixMicro()
 	for range 3 {
-		b.failure(now)
+		b.failure(now, errRedisUnavailable)
 	}
 	now += 2 * time.Second.Microseconds()
 	if !b.allow(now) {
 		t.Fatal("after the cooldown the breaker lets no probe through")
 	}
-	b.probeFailed(now) // the probe got a Redis error reply
+	b.probeFailed(now, errRedisUnavailable) // the probe got a Redis error reply
 	if !b.blocked(now) {
 		t.Fatal("the breaker closed on a probe that got an error")
 	}

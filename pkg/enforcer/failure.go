@@ -347,31 +347,31 @@ func (b *breaker) recoveryDone() {
 	}
 }
 
-// failure records a call that failed at now.
-func (b *breaker) failure(now int64) {
+// failure records a call that failed at now with err.
+func (b *breaker) failure(now int64, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.failures++
 	if b.state == breakerProbing || b.failures >= b.threshold {
-		b.reopenLocked(now)
+		b.reopenLocked(now, err)
 	}
 }
 
-// reopenLocked opens the breaker for a cooldown from now.
-func (b *breaker) reopenLocked(now int64) {
+// reopenLocked opens the breaker for a cooldown from now, after err.
+func (b *breaker) reopenLocked(now int64, err error) {
 	b.state, b.openUntil = breakerOpen, now+b.cooldown
 	if !b.open.Swap(true) && b.onChange != nil {
-		b.onChange(true, nil)
+		b.onChange(true, err)
 	}
 }
 
 // probeFailed reopens the breaker, for another cooldown, when its probe
-// got an answer that is not a decision.
-func (b *breaker) probeFailed(now int64) {
+// got an answer (err) that is not a decision.
+func (b *breaker) probeFailed(now int64, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state == breakerProbing {
-		b.reopenLocked(now)
+		b.reopenLocked(now, err)
 	}
 }
 
