@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -525,15 +526,23 @@ func (b *central) call(ctx context.Context, now int64, batch []*centralCall, buf
 }
 
 // storeFault says whether err is Redis answering that it cannot serve the
-// engine at all: a wrong password, no permission, out of memory, a
-// read-only replica, a Redis still loading, a busy script. That is an
-// outage as much as no answer is (the breaker opens, the node reports
-// itself degraded): every coded error but the generic ERR, which a bad
-// call or bad data gives (a script's runtime error).
+// engine at all: no or a wrong password, no permission, out of memory, a
+// read-only replica, a Redis still loading or busy, a cluster or replica
+// down. That is an outage as much as no answer is (the breaker opens, the
+// node reports itself degraded). Other errors (ERR, WRONGTYPE, a script's
+// runtime error) are a bad call's or bad data's: its batch gets the
+// failure mode, the plane does not.
 func storeFault(err error) bool {
 	var reply redis.Error
-	return errors.As(err, &reply) && !strings.HasPrefix(reply.Error(), "ERR ")
+	if !errors.As(err, &reply) {
+		return false
+	}
+	code, _, _ := strings.Cut(reply.Error(), " ")
+	return slices.Contains(storeFaultCodes, code)
 }
+
+// storeFaultCodes are the error codes of a Redis that cannot serve.
+var storeFaultCodes = []string{"NOAUTH", "WRONGPASS", "NOPERM", "OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MISCONF"}
 
 // decided sets the calls' replies from one script call's, or their err.
 func (b *central) decided(calls []*centralCall, cmd *redis.Cmd) error {

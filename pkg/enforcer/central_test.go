@@ -424,6 +424,10 @@ func TestFleetShrinksOnlyAfterAHold(t *testing.T) {
 		{0, 802, 4},          // a count of none is the node itself: held too
 		{0, 802 + hold, 1},   // and then it is alone
 		{1, 802 + 2*hold, 1}, // unchanged
+		{3, 1500, 3},         // more: at once
+		{1, 1600, 3},         // fewer: held
+		{1, 2000, 3},         // no count for longer than the hold: it starts afresh
+		{1, 2300, 1},         // and lasts the hold
 	}
 	for i, st := range steps {
 		changed := f.count(st.n, st.now, hold)

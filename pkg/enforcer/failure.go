@@ -71,8 +71,11 @@ type localAdmission struct {
 // (c.local), once both Redis's answer and the local decision are in,
 // unless Redis admitted the call too: it then counted it already. Redis
 // decides a call its caller stopped waiting for when it answers again (a
-// slow or hung Redis runs what was sent meanwhile); a call it failed, or
-// denied, the fleet's buckets never saw.
+// slow or hung Redis runs what was sent meanwhile); a call it denied the
+// fleet's buckets never saw. A call whose answer never came (the worker's
+// own deadline passed) is journaled too, though a hung Redis may still run
+// it when it wakes: then it counts twice, which errs towards denying and
+// is bounded, as every debt is, by the local bucket's lack (recovered).
 func (b *central) settleLate(c *centralCall) {
 	if c.local.cost > 0 && (c.err != nil || c.reply[0] != 1) {
 		b.journalAdmitted(c, c.local.tenant, c.local.apiKey, c.local.cost, c.local.borrowed)
@@ -156,7 +159,8 @@ func (b *central) recovered() {
 }
 
 // journal is what a node admitted while degraded, per bucket. It is bounded:
-// beyond maxJournal buckets, only the global level is noted.
+// beyond maxJournal buckets, only the global level's and failed debits'
+// are noted.
 type journal struct {
 	mu      sync.Mutex
 	entries map[string]*journalEntry
@@ -227,7 +231,9 @@ func (j *journal) add(add journalEntry) {
 	}
 	en := j.entries[add.key]
 	if en == nil {
-		if len(j.entries) >= maxJournal {
+		// Full: only the global level's keys, and debts a failed debit
+		// left, are still noted.
+		if len(j.entries) >= maxJournal && add.stand.level != LevelGlobal && add.owed == 0 {
 			return
 		}
 		s := &add.stand // a request's names: they may be views of a larger buffer
@@ -401,38 +407,50 @@ func (b *breaker) waitUs(now int64) int64 {
 // fleet is what the heartbeats say about the plane's nodes.
 type fleet struct {
 	nodes atomic.Int64 // live nodes, this one included; at least 1
-	// fewerSince is when the liveness counts started to say fewer nodes
-	// than nodes (µs; 0 while they do not).
-	fewerSince atomic.Int64
+	mu    sync.Mutex   // guards the counts' history: count and reset
+	// fewerSince is when the counts started to say fewer nodes than
+	// nodes, and last when the last count came (µs; 0: none).
+	fewerSince, last int64
 }
 
 // count takes a count n of the live nodes at now and reports whether
 // nodes changed. More nodes count at once; fewer only once the counts have
 // said so for hold (two of the nodes' beats: each live node beats in
-// that time): a Redis that restarted empty, or lost its liveness keys,
-// counts each node alone until the others beat again, and a node that
-// took that for the fleet's size would enforce, degraded or in
-// local-reconciled, up to the whole of every limit. A node that leaves or
-// dies is counted out that much later.
+// that time), without a gap longer than hold between two counts: a Redis
+// that restarted empty, or lost its liveness keys, counts each node alone
+// until the others beat again, and a node that took that for the fleet's
+// size would enforce, degraded or in local-reconciled, up to the whole of
+// every limit. A node that leaves or dies is counted out that much later.
 func (f *fleet) count(n, now, hold int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	n = max(n, 1)
+	gap := f.last != 0 && now-f.last > hold // no count for a while: start the hold afresh
+	f.last = now
 	switch cur := f.nodes.Load(); {
 	case n == cur:
-		f.fewerSince.Store(0)
+		f.fewerSince = 0
 		return false
 	case n < cur:
-		since := f.fewerSince.Load()
-		if since == 0 {
-			f.fewerSince.Store(now)
+		if f.fewerSince == 0 || gap {
+			f.fewerSince = now
 			return false
 		}
-		if now-since < hold {
+		if now-f.fewerSince < hold {
 			return false
 		}
 	}
-	f.fewerSince.Store(0)
+	f.fewerSince = 0
 	f.nodes.Store(n)
 	return true
+}
+
+// reset forgets the counts' history: the next counts come from another
+// mode's loop, at its own interval.
+func (f *fleet) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fewerSince, f.last = 0, 0
 }
 
 // heartbeatLoop beats while the plane is in central mode and resizes this

@@ -19,6 +19,7 @@ import (
 // exchange (gateLoop), which every mode applies.
 type modeLoops struct {
 	mu      sync.Mutex // serialises switches
+	closed  bool       // runLoops(true) ran: no loop starts again
 	running bool
 	mode    policy.Mode
 	stop    chan struct{}
@@ -37,17 +38,19 @@ func (e *Engine) runLoops(closing bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	mode := e.policy.Load().Mode()
-	if l.running && !closing && mode == l.mode {
-		return
+	if l.closed || l.running && !closing && mode == l.mode {
+		return // closed: a SetPolicy racing Close must not start loops nothing stops
 	}
 	if l.running {
 		close(l.stop)
 		l.wg.Wait()
 		l.running = false
 	}
+	l.closed = closing
 	if closing || mode == policy.ModeLocal {
 		return
 	}
+	b.fleet.reset()
 	l.running, l.mode, l.stop = true, mode, make(chan struct{})
 	stop := l.stop
 	switch mode {

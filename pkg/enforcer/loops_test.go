@@ -37,7 +37,7 @@ func runningLoops() map[string]int {
 // TestModeLoopsRunOnlyInTheirMode: an engine with Redis runs the loops of
 // the plane's mode and no other's, switches them with the mode, leaves the
 // fleet at once when it leaves a distributed mode, and stops them on
-// Close. Before, every loop ran (idle) in every mode.
+// Close for good. Before, every loop ran (idle) in every mode.
 func TestModeLoopsRunOnlyInTheirMode(t *testing.T) {
 	srv := redistest.Start(t)
 	plane := func(mode string) string {
@@ -96,4 +96,15 @@ func TestModeLoopsRunOnlyInTheirMode(t *testing.T) {
 	want("central again", 1, 0)
 	e.Close()
 	want("closed", 0, 0)
+	// A policy that comes in after Close (a reload racing the shutdown)
+	// starts nothing that nothing would stop.
+	_ = e.SetPolicy(policytest.Compile(t, plane("local-reconciled")))
+	l := &e.central.loops
+	l.mu.Lock()
+	running := l.running
+	l.mu.Unlock()
+	if running {
+		t.Error("a policy set after Close started the mode's loops again")
+	}
+	want("a policy after Close", 0, 0)
 }
