@@ -37,11 +37,6 @@ func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs [
 			}
 		}()
 	}
-	// A group that timed out after a worker sent it may still be decided
-	// by Redis: what the failure mode admits for it is not journaled, or
-	// it could count twice (a lone call's is settled against Redis's
-	// answer: settleLate).
-	journal := err == nil || lead.state.Load() != callSent
 	for _, c := range calls {
 		if err == nil {
 			err = c.err
@@ -61,16 +56,15 @@ func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs [
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return false, ctxErr
 	}
-	return b.failAll(calls, now, rs, ds, journal)
+	return b.failAll(calls, now, rs, ds)
 }
 
 // failAll decides a group while Redis cannot, by the plane's failureMode,
 // for the whole group: allow admits every request, deny denies every one
 // at the global level, degrade decides the group on this node's share (as
-// DecideAll does in mode local) and journals what it admits (journal:
-// unless Redis may have decided the group too), to be debited from the
-// fleet's buckets when Redis is back.
-func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []Decision, journal bool) (bool, error) {
+// DecideAll does in mode local) and notes what it admits, to be debited
+// from the fleet's buckets when Redis is back (noteLocal).
+func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []Decision) (bool, error) {
 	b.stats.degraded.Add(int64(len(calls)))
 	if now == 0 {
 		now = b.e.clock()
@@ -90,13 +84,16 @@ func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []De
 		return false, nil
 	}
 	allowed, err := b.e.decideAllLocal(now, rs, ds)
-	if err != nil || !allowed || !journal {
-		return allowed, err
+	if err != nil {
+		return false, err
 	}
-	for i, c := range calls {
-		b.journalAdmitted(c, rs[i].Tenant, rs[i].APIKey, ds[i].Cost, ds[i].Borrowed)
+	if allowed {
+		for i, c := range calls {
+			b.noteLocal(calls[0], c, &rs[i], &ds[i])
+		}
 	}
-	return true, nil
+	b.doneLocal(calls[0])
+	return allowed, nil
 }
 
 // journalAdmitted notes what the node admitted on its own for call c of

@@ -8,3 +8,6 @@ var WithSteppedReconcile = withSteppedReconcile
 
 // StepReconcile is stepReconcile (sim.go).
 func (e *Engine) StepReconcile() { e.stepReconcile() }
+
+// ProcStatusMB is procStatusMB (memory_bench_test.go).
+var ProcStatusMB = procStatusMB

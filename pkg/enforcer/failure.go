@@ -42,21 +42,32 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error
 	if err := b.e.decideOpts(now, r, arrival, d); err != nil {
 		return err
 	}
-	if c.state.Load() != callSent {
-		if d.Allow {
-			b.journalAdmitted(c, r.Tenant, r.APIKey, d.Cost, d.Borrowed)
-		}
-		return nil
-	}
-	// Redis may decide the call yet: its answer says whether what the node
-	// admitted is owed (settleLate).
-	if d.Allow {
+	b.noteLocal(c, c, r, d)
+	b.doneLocal(c)
+	return nil
+}
+
+// noteLocal notes what the failure mode admitted (d) for request r of c, a
+// member of the call lead (c itself when alone): journaled at once when no
+// worker sent lead, else kept until Redis's answer says whether it is
+// owed (settleLate).
+func (b *central) noteLocal(lead, c *centralCall, r *Request, d *Decision) {
+	switch {
+	case !d.Allow:
+	case lead.state.Load() != callSent:
+		b.journalAdmitted(c, r.Tenant, r.APIKey, d.Cost, d.Borrowed)
+	default:
 		c.local = localAdmission{cost: d.Cost, borrowed: d.Borrowed, tenant: strings.Clone(r.Tenant), apiKey: strings.Clone(r.APIKey)}
 	}
-	if c.finished.Add(1) == 2 {
-		b.settleLate(c)
+}
+
+// doneLocal is the caller's end of a sent call lead once the failure mode
+// decided its members (noteLocal): the second of it and the worker settles
+// them (finished).
+func (b *central) doneLocal(lead *centralCall) {
+	if lead.state.Load() == callSent && lead.finished.Add(1) == 2 {
+		b.settleLate(lead)
 	}
-	return nil
 }
 
 // localAdmission is what the failure mode admitted for a call that a
@@ -67,18 +78,21 @@ type localAdmission struct {
 	tenant, apiKey string
 }
 
-// settleLate journals what the failure mode admitted for a sent call
-// (c.local), once both Redis's answer and the local decision are in,
-// unless Redis admitted the call too: it then counted it already. Redis
+// settleLate journals what the failure mode admitted for the members of a
+// sent call (their local), once both Redis's answer and the local
+// decisions are in, unless Redis admitted a member too: it then counted
+// it already. Redis
 // decides a call its caller stopped waiting for when it answers again (a
 // slow or hung Redis runs what was sent meanwhile); a call it denied the
 // fleet's buckets never saw. A call whose answer never came (the worker's
 // own deadline passed) is journaled too, though a hung Redis may still run
 // it when it wakes: then it counts twice, which errs towards denying and
 // is bounded, as every debt is, by the local bucket's lack (recovered).
-func (b *central) settleLate(c *centralCall) {
-	if c.local.cost > 0 && (c.err != nil || c.reply[0] != 1) {
-		b.journalAdmitted(c, c.local.tenant, c.local.apiKey, c.local.cost, c.local.borrowed)
+func (b *central) settleLate(lead *centralCall) {
+	for _, c := range lead.members {
+		if c.local.cost > 0 && (c.err != nil || c.reply[0] != 1) {
+			b.journalAdmitted(c, c.local.tenant, c.local.apiKey, c.local.cost, c.local.borrowed)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -94,20 +95,30 @@ func BenchmarkTenantMemory(b *testing.B) {
 // residentMB is the process's resident set in MB (VmRSS), 0 where
 // /proc/self/status does not say.
 func residentMB(b *testing.B) float64 {
+	mb, err := procStatusMB("VmRSS")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return mb
+}
+
+// procStatusMB is field of /proc/self/status (a size in kB) in MB; 0
+// where the file or the field is missing.
+func procStatusMB(field string) (float64, error) {
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0
+		return 0, nil
 	}
 	for line := range strings.SplitSeq(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
 			if err != nil {
-				b.Fatalf("VmRSS %q: %v", v, err)
+				return 0, fmt.Errorf("%s %q: %w", field, v, err)
 			}
-			return kb / 1024
+			return kb / 1024, nil
 		}
 	}
-	return 0
+	return 0, nil
 }
 
 // BenchmarkRedisMemory measures what the distributed modes keep in Redis

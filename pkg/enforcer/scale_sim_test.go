@@ -390,17 +390,8 @@ func redisCounters(t testing.TB, c *redis.Client) counters {
 
 // peakRSSMB is the process's peak resident set (VmHWM), in MB.
 func peakRSSMB() float64 {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-			return kb / 1024
-		}
-	}
-	return 0
+	mb, _ := enforcer.ProcStatusMB("VmHWM")
+	return mb
 }
 
 // TestSteppedReconcileVirtualTime: a stepped fleet's liveness follows the

@@ -68,12 +68,7 @@ func (m Mode) String() string { return Modes[m] }
 
 // Mode is the plane's backend. A mode Compile would not accept reads as
 // ModeLocal, which needs nothing.
-func (p *Policy) Mode() Mode {
-	if i := slices.Index(Modes, p.spec.Mode); i > 0 {
-		return Mode(i)
-	}
-	return ModeLocal
-}
+func (p *Policy) Mode() Mode { return Mode(max(slices.Index(Modes, p.spec.Mode), 0)) }
 
 // FailureMode is what the distributed backends do while Redis is
 // unavailable: Spec.FailureMode, which stores its name (FailureModes).
@@ -93,10 +88,7 @@ func (f FailureMode) String() string { return FailureModes[f] }
 // FailureMode is the plane's failure mode; one Compile would not accept
 // reads as FailureDegrade.
 func (p *Policy) FailureMode() FailureMode {
-	if i := slices.Index(FailureModes, p.spec.FailureMode); i > 0 {
-		return FailureMode(i)
-	}
-	return FailureDegrade
+	return FailureMode(max(slices.Index(FailureModes, p.spec.FailureMode), 0))
 }
 
 // The plane's shareBy values (Spec.ShareBy).
