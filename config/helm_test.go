@@ -22,8 +22,10 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -252,6 +254,75 @@ func TestHelmChart(t *testing.T) {
 		accepted++
 	}
 	t.Logf("the API server accepted %d of the %d objects the three renders hold besides their CRDs (server-side dry run)", accepted, sent)
+
+	t.Run("install, upgrade, uninstall", func(t *testing.T) {
+		helmLifecycle(t, env, helm, namespace)
+	})
+}
+
+// helmLifecycle installs the chart with Helm itself on the test API server,
+// lets the enforcer Deployment be scaled as the manager scales it, upgrades
+// to every option on, and uninstalls: the upgrade must keep the manager's
+// replica count, and the uninstall must keep the CRDs (and so the quota
+// objects).
+func helmLifecycle(t *testing.T, env *testenv.Env, helm, namespace string) {
+	user, err := env.AddUser(envtest.User{Name: "helm", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) {
+		t.Helper()
+		args = append(args, "--kubeconfig", path, "--namespace", namespace)
+		if out, errOut, err := runHelm(t, helm, args...); err != nil {
+			t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+		}
+	}
+	ctx := t.Context()
+	run("install", "quotaplane", chartDir())
+	var enforcer appsv1.Deployment
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: enforcerName}, &enforcer); err != nil {
+		t.Fatalf("after helm install: %v", err)
+	}
+	// What the manager does: scale the fleet through the scale subresource.
+	scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 5}}
+	if err := env.Client.SubResource("scale").Update(ctx, &enforcer, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatalf("scale the enforcers as the manager does: %v", err)
+	}
+	run("upgrade", "quotaplane", chartDir(), "--values", filepath.Join(chartDir(), "ci", "all-on-values.yaml"))
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&enforcer), &enforcer); err != nil {
+		t.Fatal(err)
+	}
+	if *enforcer.Spec.Replicas != 5 {
+		t.Errorf("helm upgrade set the enforcers' replicas to %d; the manager had set 5", *enforcer.Spec.Replicas)
+	}
+	if enforcer.Spec.Template.Spec.Containers[0].Image != "registry.example.com/quotaplane/enforcer:v0.1.0" {
+		t.Errorf("helm upgrade did not apply the new values: image %s", enforcer.Spec.Template.Spec.Containers[0].Image)
+	}
+	var monitors unstructured.UnstructuredList
+	monitors.SetAPIVersion("monitoring.coreos.com/v1")
+	monitors.SetKind("ServiceMonitorList")
+	if err := env.Client.List(ctx, &monitors, client.InNamespace(namespace)); err != nil || len(monitors.Items) != 2 {
+		t.Errorf("after the upgrade with monitoring on: %d ServiceMonitors (%v), want 2", len(monitors.Items), err)
+	}
+	run("uninstall", "quotaplane")
+	err = env.Client.Get(ctx, client.ObjectKeyFromObject(&enforcer), &enforcer)
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("after helm uninstall the enforcer Deployment is still there (%v)", err)
+	}
+	var crd unstructured.Unstructured
+	crd.SetAPIVersion("apiextensions.k8s.io/v1")
+	crd.SetKind("CustomResourceDefinition")
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "tenantquotas.quotaplane.io"}, &crd); err != nil {
+		t.Errorf("helm uninstall took the CRDs, and every quota object with them: %v", err)
+	}
 }
 
 // checkSameObjects: the chart renders every object kustomize does but the
