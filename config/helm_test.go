@@ -197,6 +197,10 @@ func TestHelmChart(t *testing.T) {
 			{[]string{"manager.resources.limits.memory=1.5Gi"}, `memory limit "1.5Gi"`},
 			{[]string{"enforcer.resources.limits.memory=null"}, "enforcer.resources.limits.memory is required"},
 			{[]string{"enforcer.plane="}, "enforcer.plane is required"},
+			// values.schema.json: a misspelt value is an error, not ignored
+			{[]string{"manager.replica=2"}, "additional properties 'replica' not allowed"},
+			{[]string{"redis.address=redis.example.com"}, "/redis/address"},
+			{[]string{"enforcer.antiAffinity.weight=500"}, "/enforcer/antiAffinity/weight"},
 		} {
 			args := []string{"template", "quotaplane", chartDir(), "--namespace", namespace}
 			for _, s := range c.set {
