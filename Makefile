@@ -43,8 +43,9 @@ build: ## Build every binary into ./bin.
 	$(GO) build -o $(LOCALBIN)/ ./cmd/...
 
 .PHONY: test
-test: lint verify redis-server gateways $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race).
+test: lint verify redis-server gateways helm $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race).
 	KUSTOMIZE=$(KUSTOMIZE) KUBEBUILDER_ASSETS="$$(hack/envtest-binaries.sh)" \
+		QUOTAPLANE_HELM="$$(hack/helm.sh)" QUOTAPLANE_MONITORING_CRDS="$$(hack/monitoring-crds.sh)" \
 		QUOTAPLANE_CADDY="$$(hack/caddy.sh)" QUOTAPLANE_NGINX="$$(command -v nginx || echo /usr/sbin/nginx)" \
 		$(GO) test $(GOTEST_FLAGS) $(PKGS)
 
@@ -57,12 +58,23 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases) and the manager's RBAC role (config/rbac/role.yaml) from markers.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases) and the manager's RBAC role (config/rbac/role.yaml) from markers; copy them and the static objects into the Helm chart.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=quotaplane-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
+	@# The chart carries copies, never edited: Helm reads only files inside it.
+	@mkdir -p $(CHART)/crds $(CHART)/files
+	@rm -f $(CHART)/crds/*.yaml
+	@cp config/crd/bases/*.yaml $(CHART)/crds/
+	@cp config/rbac/role.yaml $(CHART)/files/manager-role.yaml
+	@cp config/rbac/quota_roles.yaml $(CHART)/files/quota-roles.yaml
+	@cp config/admission/tenant-tier.yaml $(CHART)/files/tenant-tier.yaml
+
+# The Helm chart (docs/helm.md).
+CHART := deploy/helm/quotaplane
 
 # GENERATED lists what the generators write; verify compares it before and after.
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
+	$(CHART)/crds $(CHART)/files/manager-role.yaml $(CHART)/files/quota-roles.yaml $(CHART)/files/tenant-tier.yaml
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) ## Rerun every generator and the sample check; fail if generated files were stale.
@@ -115,6 +127,14 @@ gateways: ## Install nginx with apt-get when it is missing; build Caddy once (ha
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nginx >/dev/null; }
 	@"$$(command -v nginx || echo /usr/sbin/nginx)" -v
 	@"$$(hack/caddy.sh)" version
+
+# The chart tests (config/helm_test.go) lint and render the chart with the
+# real Helm, and validate its ServiceMonitors and PrometheusRule against
+# prometheus-operator's CRDs.
+.PHONY: helm
+helm: ## Build Helm once (hack/helm.sh, cached outside the repo); fetch prometheus-operator's CRDs (hack/monitoring-crds.sh).
+	@"$$(hack/helm.sh)" version --short
+	@hack/monitoring-crds.sh >/dev/null
 
 $(CONTROLLER_GEN):
 	mkdir -p $(LOCALBIN)

@@ -83,6 +83,8 @@ func TestDefaultInstallsOnARealAPIServer(t *testing.T) {
 	manager := deployment(t, m, namespace, managerName)
 	checkPlane(t, root, namespace, enforcer)
 	checkLeaderElect(t, manager)
+	checkGoMemLimit(t, manager, 256<<20/10*9)
+	checkEnforcerSpread(t, m, enforcer)
 	checkNetworkPolicy(t, m, namespace, enforcer)
 	checkRedisPolicy(t, m, namespace)
 	checkServices(t, m)

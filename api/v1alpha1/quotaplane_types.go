@@ -439,11 +439,16 @@ type QuotaPlaneStatus struct {
 // +kubebuilder:printcolumn:name="Global",type=integer,JSONPath=`.spec.global.rate`,priority=1
 // +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.status.publishedVersion`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].status`
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Enforcers",type=integer,JSONPath=`.status.enforcersReady`
+// +kubebuilder:printcolumn:name="Fleet",type=integer,JSONPath=`.status.enforcers`,priority=1
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`,priority=1
 // +kubebuilder:printcolumn:name="Rejected",type=integer,JSONPath=`.status.rejectedObjects`
 // +kubebuilder:printcolumn:name="Held",type=integer,JSONPath=`.status.heldObjects`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 type QuotaPlane struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
