@@ -47,7 +47,7 @@ const (
 	// uiTop is how many of the busiest tenants the page lists.
 	uiTop = 20
 	// uiBarWidth is the SVG bars' width in pixels.
-	uiBarWidth = 320
+	uiBarWidth = 260
 )
 
 // ui serves the live view; it keeps the counters of the previous view to
@@ -231,7 +231,7 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 		if rates != nil {
 			row.AdmittedRate = rateOf(rates.tenants, t.Tenant)
 		}
-		row.Bar = uiBarSpec{Width: 220, Scale: scale, Demand: t.Demand, Admitted: row.AdmittedRate, Share: t.FairShare, Floor: math.NaN()}
+		row.Bar = uiBarSpec{Width: 150, Scale: scale, Demand: t.Demand, Admitted: row.AdmittedRate, Share: t.FairShare, Floor: math.NaN()}
 		if !load.Contended {
 			row.Bar.Share = math.NaN()
 		}
@@ -247,7 +247,7 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 		if rates != nil {
 			row.Rate = rates.denied[l]
 		}
-		row.Bar = uiBarSpec{Width: 200, Scale: float64(most), Admitted: float64(row.Count), Share: math.NaN(), Floor: math.NaN()}
+		row.Bar = uiBarSpec{Width: 150, Scale: float64(most), Admitted: float64(row.Count), Share: math.NaN(), Floor: math.NaN()}
 		v.Denied = append(v.Denied, row)
 	}
 
@@ -318,11 +318,16 @@ func perSecond(l policy.Limit) float64 {
 	return float64(l.Rate) / l.Period.Seconds()
 }
 
+// limitString is l, shortest for the common per-second bucket.
 func limitString(l *policy.Limit) string {
-	if l == nil {
+	switch {
+	case l == nil:
 		return "none"
+	case l.Algorithm != policy.SlidingWindow && l.Rate > 0 && l.Period == time.Second:
+		return fmt.Sprintf("%d/s, burst %d", l.Rate, l.Burst)
+	default:
+		return l.String()
 	}
-	return l.String()
 }
 
 // finite is f, or 0 for an infinite or NaN f.
