@@ -87,6 +87,9 @@ type uiView struct {
 	Rated         bool // rates are shown
 	RateSeconds   string
 
+	// GlobalInRedis: in mode central (not degraded) the global bucket
+	// and the pool are in Redis; this enforcer's own stand by.
+	GlobalInRedis    bool
 	GlobalLimit      string
 	GlobalRate       float64
 	GlobalRemaining  int64
@@ -184,6 +187,7 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 		GlobalLimit: plane.Global.Limit.String(), GlobalRate: perSecond(plane.Global.Limit),
 		GlobalRemaining: plane.Global.Remaining, GlobalBurst: plane.Global.Limit.Burst,
 		PoolRemaining: plane.PoolRemaining, TenantsWithState: plane.Tenants,
+		GlobalInRedis: b.Mode == policy.ModeCentral && !b.Degraded,
 	}
 	if bp := p.Spec().BurstPool; bp != nil {
 		v.PoolSize = bp.Size

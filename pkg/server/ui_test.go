@@ -16,6 +16,8 @@ import (
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
+	"github.com/quotaplane/quotaplane/pkg/store"
 )
 
 // uiEvilTenant is a tenant name html/template must escape.
@@ -213,5 +215,57 @@ func TestUIRates(t *testing.T) {
 	}
 	if third := u.view(ctx, now.Add(2500*time.Millisecond)); third.RateSeconds != "2.0" || third.Tiers[0].AdmittedRate != tierRate {
 		t.Errorf("a view 0.5 s later: rates over %s s, enterprise %.1f/s; want the last rates kept", third.RateSeconds, third.Tiers[0].AdmittedRate)
+	}
+}
+
+// TestUIFleet: in mode central the page lists the fleet from the reports
+// in Redis — each enforcer's policy version, marked when it differs from
+// this one's, its mode and state — and says the global bucket is in Redis
+// rather than showing this enforcer's idle one; in mode local, the fleet is
+// the enforcer alone.
+func TestUIFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	objs, err := policy.DecodeYAML([]byte(centralDebugPlane))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, problems := policy.Compile(objs)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	p = p.WithVersion(4)
+	reports, err := store.New(srv.Client(), p.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(p, enforcer.WithRedis(srv.Client()), enforcer.WithNodeID("node-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	ctx := context.Background()
+	if err := reports.ReportState(ctx, store.EnforcerReport{ID: "node-a", PolicyVersion: 4, DecisionsPerSec: 12.5, Mode: "central"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := reports.ReportState(ctx, store.EnforcerReport{ID: "node-<b>", PolicyVersion: 3, DecisionsPerSec: 2, Mode: "central", Degraded: true}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	body := get(NewAdmin(e, NewMetrics(e, nil), func() bool { return true }, WithFleet(reports)), "/quota/ui").Body.String()
+	self := uiRow(t, body, "data-enforcer", "node-a")
+	if uiCell(t, self, "version") != "v4" || !strings.Contains(self, "(this one)") || !strings.Contains(self, "12.5") || !strings.Contains(self, ">ok<") {
+		t.Errorf("this enforcer's row: %s", self)
+	}
+	other := uiRow(t, body, "data-enforcer", "node-<b>")
+	if !strings.Contains(other, `v3 <span class="bad">≠</span>`) || !strings.Contains(other, "degraded") || !strings.Contains(other, "node-&lt;b&gt;") {
+		t.Errorf("the other enforcer's row (older policy, degraded): %s", other)
+	}
+	if !strings.Contains(body, `<span id="global-remaining">its bucket in Redis</span>`) {
+		t.Error("mode central: the page does not say the global bucket is in Redis")
+	}
+
+	local := uiLoadedEngine(t, time.Now())
+	body = get(NewAdmin(local, NewMetrics(local, nil), func() bool { return true }), "/quota/ui").Body.String()
+	if row := uiRow(t, body, "data-enforcer", local.NodeID()); uiCell(t, row, "version") != "v7" || strings.Count(body, `<tr class="enforcer"`) != 1 {
+		t.Errorf("mode local: the fleet is not this enforcer alone at v7: %s", row)
 	}
 }
