@@ -523,7 +523,7 @@ func (e *Engine) PlaneLoad(top int) LoadStatus {
 	for _, l := range Levels {
 		s.Denied[l] = 0
 	}
-	for _, ts := range e.tenants.appendAll(nil) {
+	for _, ts := range e.tenants.appendAll(make([]*tenantState, 0, e.tenants.count.Load()+64)) {
 		tl := TenantLoad{Tenant: ts.name, Demand: math.Float64frombits(ts.demandBits.Load())}
 		if ts.name == overflowName {
 			tl.Tenant = otherTenants

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -95,5 +96,25 @@ spec: {tenant: g, tier: gold}
 	}
 	if len(e.PlaneLoad(1000).Top) != 3 || len(e.PlaneLoad(0).Top) != 0 {
 		t.Error("top is not bounded by the tenants and the ask")
+	}
+}
+
+// BenchmarkPlaneLoad: one read of 50,000 tenants (the enforcer's default
+// bound on tenants it does not name), as each view of /quota/ui makes.
+func BenchmarkPlaneLoad(b *testing.B) {
+	p := policytest.Compile(b, planeHeader+`
+  global: {rate: 1000000, burst: 1000000}
+  tiers: [{name: gold, weight: 4}, {name: free, weight: 1}]
+  defaultTier: free
+`)
+	e := newEngine(b, p)
+	for i := range 50_000 {
+		mustDecide(b, e, at(time.Duration(i)*time.Microsecond), Request{Tenant: "t-" + strconv.Itoa(i)})
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if s := e.PlaneLoad(20); s.Tiers[1].Tenants != 50_000 {
+			b.Fatalf("free tier: %d tenants", s.Tiers[1].Tenants)
+		}
 	}
 }
