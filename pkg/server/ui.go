@@ -183,7 +183,7 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 		Refresh: int(uiRefresh / time.Second), Now: now.UTC().Format(time.RFC3339),
 		Plane: p.ID(), PolicyVersion: p.Version(), PolicyHash: p.Hash()[:12], Node: e.NodeID(),
 		Mode: b.Mode.String(), Degraded: b.Degraded, Fairness: p.Spec().Fairness, Contended: load.Contended,
-		Rated: rates != nil, RateSeconds: strconv.FormatFloat(seconds, 'f', 1, 64),
+		Rated: seconds > 0, RateSeconds: strconv.FormatFloat(seconds, 'f', 1, 64),
 		GlobalLimit: plane.Global.Limit.String(), GlobalRate: perSecond(plane.Global.Limit),
 		GlobalRemaining: plane.Global.Remaining, GlobalBurst: plane.Global.Limit.Burst,
 		PoolRemaining: plane.PoolRemaining, TenantsWithState: plane.Tenants,
@@ -194,10 +194,10 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 	}
 	v.GlobalBar = uiBarSpec{Width: 200, Scale: float64(v.GlobalBurst), Admitted: float64(v.GlobalRemaining), Share: math.NaN(), Floor: math.NaN()}
 	rateOf := func(m map[string]float64, name string) float64 {
-		if r, ok := m[name]; ok && rates != nil {
+		if r, ok := m[name]; ok {
 			return r
 		}
-		return math.NaN()
+		return math.NaN() // no rate yet
 	}
 
 	// The tiers' bars share one scale: the global rate, or more when the
@@ -209,12 +209,8 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 	for _, t := range load.Tiers {
 		row := uiTier{Name: t.Name, Weight: t.Weight, FloorPercent: t.FloorPercent, Floor: t.Floor,
 			TenantLimit: limitString(t.Tenant), KeyLimit: limitString(t.Key), Tenants: t.Tenants,
-			Demand: t.Demand, FairShare: t.FairShare, Admitted: t.Admitted, AdmittedCost: t.AdmittedCost}
-		if rates != nil {
-			row.AdmittedRate = rateOf(rates.tiers, t.Name)
-		} else {
-			row.AdmittedRate = math.NaN()
-		}
+			Demand: t.Demand, FairShare: t.FairShare, Admitted: t.Admitted, AdmittedCost: t.AdmittedCost,
+			AdmittedRate: rateOf(rates.tiers, t.Name)}
 		for _, n := range t.Denied {
 			row.Denied += n
 		}
@@ -231,10 +227,7 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 	}
 	for _, t := range load.Top {
 		row := uiTenant{Name: t.Tenant, Tier: t.Tier, Known: t.Known, Weight: t.Weight, Demand: t.Demand, FairShare: t.FairShare,
-			Admitted: t.Admitted, Denied: t.Denied, AdmittedRate: math.NaN()}
-		if rates != nil {
-			row.AdmittedRate = rateOf(rates.tenants, t.Tenant)
-		}
+			Admitted: t.Admitted, Denied: t.Denied, AdmittedRate: rateOf(rates.tenants, t.Tenant)}
 		row.Bar = uiBarSpec{Width: 150, Scale: scale, Demand: t.Demand, Admitted: row.AdmittedRate, Share: t.FairShare, Floor: math.NaN()}
 		if !load.Contended {
 			row.Bar.Share = math.NaN()
@@ -248,8 +241,8 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 	}
 	for _, l := range enforcer.Levels {
 		row := uiDenied{Level: string(l), Count: load.Denied[l], Rate: math.NaN()}
-		if rates != nil {
-			row.Rate = rates.denied[l]
+		if r, ok := rates.denied[l]; ok {
+			row.Rate = r
 		}
 		row.Bar = uiBarSpec{Width: 150, Scale: float64(most), Admitted: float64(row.Count), Share: math.NaN(), Floor: math.NaN()}
 		v.Denied = append(v.Denied, row)
@@ -272,8 +265,9 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 
 // rate takes this view's counters as the next baseline when the last is
 // at least uiMinInterval old, and returns the rates over the last two
-// baselines (nil before there are two) and their interval in seconds.
-func (u *ui) rate(now time.Time, load enforcer.LoadStatus) (*uiCounters, float64) {
+// baselines and their interval in seconds (none and 0 before there are
+// two).
+func (u *ui) rate(now time.Time, load enforcer.LoadStatus) (uiCounters, float64) {
 	cur := uiCounters{at: now, tiers: map[string]float64{}, tenants: map[string]float64{}, denied: map[enforcer.Level]float64{}}
 	for _, t := range load.Tiers {
 		cur.tiers[t.Name] = float64(t.AdmittedCost)
@@ -288,7 +282,7 @@ func (u *ui) rate(now time.Time, load enforcer.LoadStatus) (*uiCounters, float64
 	defer u.mu.Unlock()
 	if u.prev.at.IsZero() {
 		u.prev = cur
-		return nil, 0
+		return uiCounters{}, 0
 	}
 	if dt := now.Sub(u.prev.at); dt >= uiMinInterval {
 		s := dt.Seconds()
@@ -307,11 +301,7 @@ func (u *ui) rate(now time.Time, load enforcer.LoadStatus) (*uiCounters, float64
 		}
 		u.prev, u.seconds = cur, s
 	}
-	if u.seconds == 0 {
-		return nil, 0
-	}
-	r := u.rates
-	return &r, u.seconds
+	return u.rates, u.seconds
 }
 
 // perSecond is a limit's refill rate in tokens per second.
