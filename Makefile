@@ -119,8 +119,8 @@ gateways: ## Install nginx with apt-get when it is missing; build Caddy once (ha
 # The live view's browser test (cmd/enforcer/ui_test.go) renders /quota/ui
 # in headless Chromium from Debian's package, installed when missing
 # (--no-install-recommends; on a Debian 12 machine with Go and the other
-# prerequisites: 25 packages, 124 MB to
-# download, 405 MB installed, 13 s with apt-get update).
+# prerequisites: 25 packages, 124 MB to download, 405 MB installed, 13 s
+# with apt-get update).
 .PHONY: chromium
 chromium: ## Install chromium with apt-get when it is missing (the live view's browser test).
 	@command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || { $(SUDO) apt-get update -qq && \
