@@ -16,8 +16,10 @@ import (
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
+	"github.com/quotaplane/quotaplane/pkg/upstream"
 )
 
 // uiEvilTenant is a tenant name html/template must escape.
@@ -267,5 +269,46 @@ func TestUIFleet(t *testing.T) {
 	body = get(NewAdmin(local, NewMetrics(local, nil), func() bool { return true }), "/quota/ui").Body.String()
 	if row := uiRow(t, body, "data-enforcer", local.NodeID()); uiCell(t, row, "version") != "v7" || strings.Count(body, `<tr class="enforcer"`) != 1 {
 		t.Errorf("mode local: the fleet is not this enforcer alone at v7: %s", row)
+	}
+}
+
+// TestUIUpstreams: with a published plan whose upstream llm is degraded,
+// the page shows its phase, its capacity confidence as the engine applies
+// it, its capacity and, per class, the requests the engine refused.
+func TestUIUpstreams(t *testing.T) {
+	srv, p, e := sampleEngineOnRedis(t)
+	plan := &upstream.Plan{Plane: p.ID(), Interval: 30 * time.Second, Upstreams: []upstream.UpstreamPlan{{
+		Name: "llm", Endpoints: []string{"export"}, Capacity: 100, Confidence: 0.55, Phase: upstream.Phase1,
+		Tiers: map[string]upstream.Class{"enterprise": upstream.High, "standard": upstream.Medium, "free": upstream.Low},
+	}}}
+	if err := upstream.PublishPlan(context.Background(), srv.Client(), plan); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 5*time.Second, "the enforcer to hold the plan", func() bool { return len(e.UpstreamStatus()) > 0 })
+	api := NewAPI(e, nil)
+	for range 3 { // a free tenant (class low) is suspended on export in phase 1
+		if rec := post(api, "/api/export", map[string]string{HeaderTenant: "free-trial", HeaderAPIKey: "k1"}, ""); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("free tenant on export in phase 1: %d %s", rec.Code, rec.Body)
+		}
+	}
+	before := e.UpstreamStatus()[0]
+	body := get(NewAdmin(e, NewMetrics(e, nil), func() bool { return true }), "/quota/ui").Body.String()
+	after := e.UpstreamStatus()[0]
+	m := regexp.MustCompile(`(?s)<div class="upstream" data-upstream="llm">.*?<span class="phase">([^<]*)</span>.*?<span class="confidence">([^<]*)</span>.*?<span class="capacity">([^<]*)</span>`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no upstream llm in the page:\n%s", body)
+	}
+	confidence, err := strconv.ParseFloat(m[2], 64)
+	if m[1] != before.Phase || err != nil || confidence > before.Confidence+0.005 || confidence < after.Confidence-0.005 || m[3] != "100" {
+		t.Errorf("llm: phase %s, confidence %s, capacity %s; the engine: %s, %.3f to %.3f, %.0f", m[1], m[2], m[3], before.Phase, before.Confidence, after.Confidence, before.Capacity)
+	}
+	for _, c := range after.Classes {
+		row := uiRow(t, body, "data-class", c.Class)
+		if got, want := uiCell(t, row, "suspended"), strconv.FormatInt(c.Suspended, 10); got != want {
+			t.Errorf("class %s: %s suspended on the page, %s by the engine", c.Class, got, want)
+		}
+		if c.Class == "low" && c.Suspended != 3 {
+			t.Errorf("class low: %d suspended, 3 sent", c.Suspended)
+		}
 	}
 }
