@@ -74,9 +74,9 @@ func run() error {
 	authFlags(&apiAuth, "", "QUOTAPLANE_", "API")
 	authFlags(&grpcAuth, "grpc-", "QUOTAPLANE_GRPC_", "gRPC")
 	adminListen := flag.String("admin-listen", envflag.String("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
-		"admin listen address: /healthz, /readyz, /metrics, /quota/debug; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
+		"admin listen address: /healthz, /readyz, /metrics, /quota/debug, /quota/ui; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
 	adminTokenFile := flag.String("admin-token-file", envflag.String("QUOTAPLANE_ADMIN_TOKEN_FILE", ""),
-		"require on the admin listener, but for /healthz and /readyz, \"Authorization: Bearer <token>\" with a token of this file (one per line); without it, /quota/debug answers only clients on loopback [QUOTAPLANE_ADMIN_TOKEN_FILE]")
+		"require on the admin listener, but for /healthz and /readyz, \"Authorization: Bearer <token>\" with a token of this file (one per line); without it, /quota/debug and /quota/ui answer only clients on loopback [QUOTAPLANE_ADMIN_TOKEN_FILE]")
 	reloadEvery := flag.Duration("reload-interval", envflag.Duration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
 		"how often -policy DIR is read again besides its file watch [QUOTAPLANE_RELOAD_INTERVAL]")
 	var o policy.Overrides
@@ -322,8 +322,9 @@ func httpAuth(c authn.Config) (*tls.Config, *authn.Tokens, error) {
 // guardAdmin guards the admin listener: the probes (/healthz, /readyz)
 // are open to all; with tokens, everything else requires one; without,
 // /metrics is open (Prometheus, which the manifests' NetworkPolicy lets
-// in) and /quota/debug, which shows any tenant's live state, answers only
-// clients on loopback (a shell in the pod, kubectl port-forward).
+// in) and /quota/debug and /quota/ui, which show tenants' live state,
+// answer only clients on loopback (a shell in the pod, kubectl
+// port-forward).
 func guardAdmin(next http.Handler, tokens *authn.Tokens) http.Handler {
 	guarded := authn.HTTP(next, tokens)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -333,7 +334,7 @@ func guardAdmin(next http.Handler, tokens *authn.Tokens) http.Handler {
 		case tokens == nil && strings.HasPrefix(r.URL.Path, "/quota/") && !fromLoopback(r):
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusForbidden)
-			_, _ = io.WriteString(w, `{"error":"/quota/debug shows tenants' state: it answers clients on loopback (kubectl port-forward) or, with -admin-token-file, a bearer token"}`+"\n")
+			_, _ = io.WriteString(w, `{"error":"/quota/debug and /quota/ui show tenants' state: they answer clients on loopback (kubectl port-forward) or, with -admin-token-file, a bearer token"}`+"\n")
 		default:
 			guarded.ServeHTTP(w, r)
 		}

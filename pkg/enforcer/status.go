@@ -443,3 +443,154 @@ func (c *central) peekShard(ctx context.Context, snap *snapshot, shard int, t *p
 	}
 	return r, nil
 }
+
+// TierLoad is one tier of the policy in force and its tenants that have
+// state on this engine, summed.
+type TierLoad struct {
+	Name         string
+	Weight       int64
+	FloorPercent int64
+	// Floor is the tier's floor in tokens per second: FloorPercent of the
+	// global rate.
+	Floor float64
+	// Tenant and Key are the tier's default limits (nil when it has none).
+	Tenant, Key *policy.Limit
+	// Tenants counts the tier's tenants with state.
+	Tenants int
+	// Demand sums the tenants' measured demand (tokens/s); FairShare what
+	// max-min fairness lets them take of contended global capacity, the
+	// sum of each one's min(demand, fair share) (0 when the plane is not
+	// contended).
+	Demand, FairShare float64
+	// Counters since the tenants' states were created.
+	Admitted, AdmittedCost int64
+	Denied                 map[Level]int64
+}
+
+// TenantLoad is one tenant's demand, fair share and counters.
+type TenantLoad struct {
+	Tenant string
+	Tier   string
+	Known  bool
+	Weight int64
+	// Demand is the tenant's measured demand (tokens/s); FairShare its
+	// share of contended global capacity (0 when the plane is not
+	// contended, +Inf when its tier's whole demand fits).
+	Demand, FairShare      float64
+	Admitted, AdmittedCost int64
+	Denied                 int64 // at every level
+}
+
+// LoadStatus is the plane's tiers and busiest tenants on this engine.
+type LoadStatus struct {
+	// Tiers are the policy's, in policy order.
+	Tiers []TierLoad
+	// Top are the tenants with the highest demand (then admitted tokens,
+	// then name), highest first.
+	Top []TenantLoad
+	// Denied sums every tenant's denials by level.
+	Denied map[Level]int64
+	// Contended says fair shares are in force.
+	Contended bool
+}
+
+// otherTenants names, in LoadStatus, the state shared by the tenants
+// beyond the engine's bound.
+const otherTenants = "(other tenants)"
+
+// MaxTopTenants bounds PlaneLoad's top.
+const MaxTopTenants = 100
+
+// PlaneLoad sums the tenants with state by tier and picks the top (at
+// most MaxTopTenants) by demand. It reads what decisions and the
+// fairness tick already keep, so it adds nothing to a decision; a read
+// visits every tenant state once, holding each one's lock as long as a
+// copy of its counters takes (the fairness tick visits them all every
+// interval), and allocates a pointer per tenant.
+func (e *Engine) PlaneLoad(top int) LoadStatus {
+	top = min(max(top, 0), MaxTopTenants)
+	snap := e.snap.Load()
+	spec := snap.policy.Spec()
+	s := LoadStatus{
+		Tiers:     make([]TierLoad, len(spec.Tiers)),
+		Denied:    make(map[Level]int64, len(Levels)),
+		Contended: snap.fairness != fairNone && e.fair.contended.Load(),
+	}
+	for i, t := range spec.Tiers {
+		s.Tiers[i] = TierLoad{Name: t.Name, Weight: t.Weight, FloorPercent: t.FloorPercent, Floor: snap.floors[i],
+			Tenant: t.Tenant, Key: t.Key, Denied: make(map[Level]int64, len(Levels))}
+	}
+	for _, l := range Levels {
+		s.Denied[l] = 0
+	}
+	for _, ts := range e.tenants.appendAll(make([]*tenantState, 0, e.tenants.count.Load()+64)) {
+		tl := TenantLoad{Tenant: ts.name, Demand: math.Float64frombits(ts.demandBits.Load())}
+		if ts.name == overflowName {
+			tl.Tenant = otherTenants
+		}
+		ts.mu.Lock()
+		c := ts.stats
+		if ts.snap == nil {
+			rec, known := snap.recordOf(ts.name, ts.requestedTier)
+			tl.Tier, tl.Weight, tl.Known = rec.tenant.Tier, rec.tenant.Weight, known
+		} else {
+			tl.Tier, tl.Weight, tl.Known = ts.rec.tenant.Tier, ts.rec.tenant.Weight, ts.known
+		}
+		if s.Contended && ts.snap == snap {
+			tl.FairShare = e.fair.shareRate(ts)
+		}
+		ts.mu.Unlock()
+		tl.Admitted, tl.AdmittedCost = c.admitted, c.admittedCost
+		var tier *TierLoad
+		if rank, ok := snap.tierRank[tl.Tier]; ok {
+			tier = &s.Tiers[rank]
+			tier.Tenants++
+			tier.Demand += tl.Demand
+			tier.Admitted += c.admitted
+			tier.AdmittedCost += c.admittedCost
+			if s.Contended {
+				share := tl.FairShare
+				if ts.snap != snap {
+					share = math.Inf(1) // not yet under this policy: not paced
+				}
+				tier.FairShare += min(tl.Demand, share)
+			}
+		}
+		for i, l := range Levels {
+			tl.Denied += c.denied[i]
+			s.Denied[l] += c.denied[i]
+			if tier != nil {
+				tier.Denied[l] += c.denied[i]
+			}
+		}
+		s.Top = insertTop(s.Top, tl, top)
+	}
+	return s
+}
+
+// insertTop inserts t into top, sorted by busiest first, keeping at most
+// n entries.
+func insertTop(top []TenantLoad, t TenantLoad, n int) []TenantLoad {
+	busier := func(a, b *TenantLoad) bool {
+		if a.Demand != b.Demand {
+			return a.Demand > b.Demand
+		}
+		if a.AdmittedCost != b.AdmittedCost {
+			return a.AdmittedCost > b.AdmittedCost
+		}
+		return a.Tenant < b.Tenant
+	}
+	if n == 0 || (len(top) == n && !busier(&t, &top[n-1])) {
+		return top
+	}
+	i, _ := slices.BinarySearchFunc(top, t, func(a, b TenantLoad) int {
+		if busier(&a, &b) {
+			return -1
+		}
+		return 1
+	})
+	if len(top) == n {
+		top = top[:n-1]
+	}
+	return slices.Insert(top, i, t)
+}

@@ -36,8 +36,9 @@ const debugReadTimeout = 2 * time.Second
 // NewAdmin returns the handler of the admin listener, which operators and
 // probes use and which must not face clients: GET /healthz (the process
 // serves), GET /readyz (ready reports a good policy loaded), GET /metrics
-// (Prometheus) and GET /quota/debug?tenant=X (the tenant's live state and,
-// in the distributed modes, the fleet's).
+// (Prometheus), GET /quota/debug?tenant=X (the tenant's live state and,
+// in the distributed modes, the fleet's) and GET /quota/ui (the live view
+// of the plane, HTML: ui.go).
 func NewAdmin(e *enforcer.Engine, m *Metrics, ready func() bool, opts ...AdminOption) http.Handler {
 	var cfg adminConfig
 	for _, o := range opts {
@@ -61,8 +62,9 @@ func NewAdmin(e *enforcer.Engine, m *Metrics, ready func() bool, opts ...AdminOp
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /quota/debug", func(w http.ResponseWriter, r *http.Request) { debug(w, r, e, &cfg) })
+	mux.Handle("GET /quota/ui", newUI(e, &cfg)) // the live view (ui.go)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the admin listener serves GET /healthz, /readyz, /metrics and /quota/debug?tenant=X", r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the admin listener serves GET /healthz, /readyz, /metrics, /quota/debug?tenant=X and /quota/ui", r.URL.Path))
 	})
 	return mux
 }

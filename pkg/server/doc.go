@@ -33,8 +33,8 @@
 //
 // The admin handler (NewAdmin) serves what operators and probes read, on a
 // listener apart from the API's: /healthz, /readyz, /metrics (Prometheus;
-// tenant labels only for tenants the policy names, the rest as "other") and
-// /quota/debug?tenant=X.
+// tenant labels only for tenants the policy names, the rest as "other"),
+// /quota/debug?tenant=X and /quota/ui, the live view (ui.go, docs/ui.md).
 //
 // /quota/debug is JSON: the tenant's tier, weight, limits with their
 // remaining tokens, counters, demand and fair share, and its recent
