@@ -200,17 +200,21 @@ func TestObservability(t *testing.T) {
 		}
 	}
 	t.Logf("%d panel queries and rule expressions to answer", len(pending))
-	poll.Until(t, 40*time.Second, fmt.Sprintf("all %d panel queries and rule expressions return data", len(pending)), func() bool {
+	defer func() {
+		if t.Failed() { // poll.Until's Fatalf runs this too
+			for what := range pending {
+				t.Errorf("no data: %s", what)
+			}
+		}
+	}()
+	poll.Until(t, 40*time.Second, fmt.Sprintf("all %d panel queries and rule expressions return data", len(pending)), every(250*time.Millisecond, func() bool {
 		for what, expr := range pending {
 			if n := prom.series(t, expr); n > 0 {
 				delete(pending, what)
 			}
 		}
 		return len(pending) == 0
-	})
-	for what := range pending {
-		t.Errorf("no data: %s", what)
-	}
+	}))
 
 	// The alerts this chain can cause cheaply fire.
 	prom.waitFiring(t, 30*time.Second, "QuotaplaneGlobalDenials", "QuotaplaneFleetMixedPolicies")
@@ -437,7 +441,7 @@ func (p *prometheusServer) api(t *testing.T, path string, v any) {
 // waitFiring waits until every named alert is firing.
 func (p *prometheusServer) waitFiring(t *testing.T, timeout time.Duration, names ...string) {
 	t.Helper()
-	poll.Until(t, timeout, strings.Join(names, " and ")+" fire", func() bool {
+	poll.Until(t, timeout, strings.Join(names, " and ")+" fire", every(250*time.Millisecond, func() bool {
 		var answer struct {
 			Data struct {
 				Alerts []struct {
@@ -460,7 +464,20 @@ func (p *prometheusServer) waitFiring(t *testing.T, timeout time.Duration, names
 			}
 		}
 		return true
-	})
+	}))
+}
+
+// every is cond asked at most once per interval (poll.Until polls every
+// millisecond; a round of Prometheus queries costs more).
+func every(interval time.Duration, cond func() bool) func() bool {
+	var last time.Time
+	return func() bool {
+		if time.Since(last) < interval {
+			return false
+		}
+		last = time.Now()
+		return cond()
+	}
 }
 
 func (p *prometheusServer) fired() []string {
