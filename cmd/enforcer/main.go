@@ -17,6 +17,9 @@
 // arrives. It reaches Redis as the manager does (package redisconn): as
 // -redis-username, with the password of -redis-password-file (a mounted
 // Secret) or QUOTAPLANE_REDIS_PASSWORD.
+//
+// It logs with log/slog to stderr, as text or JSON (-log-format, -log-level;
+// package logging), as the other quotaplane binary does.
 package main
 
 import (

@@ -7,6 +7,9 @@
 // config) and to the Redis of -redis-addr. The Redis password comes from the
 // environment (QUOTAPLANE_REDIS_PASSWORD, in a Deployment from a Secret) or
 // from -redis-password-file (a mounted Secret); it is never logged.
+//
+// It logs with log/slog to stderr, as text or JSON (-log-format, -log-level;
+// package logging), as the other quotaplane binary does.
 package main
 
 import (
