@@ -55,8 +55,9 @@ import (
 // QuotaplaneReconcileOverage and QuotaplaneDecisionLatencyHigh are not
 // required to fire: the overage needs local-reconciled nodes admitting
 // beyond the global limit, which the engine works to prevent, and the p99
-// depends on the machine (it fires here when Redis stops and decisions
-// wait for its timeouts, but a fast machine need not cross 25ms). Their
+// depends on the machine (it fired in one of three runs on the
+// development machine, after Redis stopped and decisions waited for its
+// timeouts). Their
 // quantities, the recording rules they compare, must return data; the log
 // lists every alert seen firing.
 //
