@@ -116,8 +116,8 @@ func overview() ([]byte, error) {
 		tokens    = "quotaplane_enforcer_admitted_tokens_total"
 	)
 	// The classic dashboard model, not dashboardv2's (which the SDK now
-	// prefers): every Grafana since 9 imports it; v2 needs Grafana 12 with
-	// a feature flag.
+	// prefers): the JSON Grafana's dashboard import and file provisioning
+	// take; v2 is Grafana 12's new schema, which older Grafanas cannot read.
 	//lint:ignore SA1019 see above
 	b := dashboard.NewDashboardBuilder("quotaplane: plane overview").
 		Uid("quotaplane-overview").
