@@ -43,7 +43,7 @@ build: ## Build every binary into ./bin.
 	$(GO) build -o $(LOCALBIN)/ ./cmd/...
 
 .PHONY: test
-test: lint verify redis-server gateways helm chromium $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race).
+test: lint verify redis-server gateways helm chromium prometheus $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race).
 	KUSTOMIZE=$(KUSTOMIZE) KUBEBUILDER_ASSETS="$$(hack/envtest-binaries.sh)" \
 		QUOTAPLANE_HELM="$$(hack/helm.sh)" QUOTAPLANE_MONITORING_CRDS="$$(hack/monitoring-crds.sh)" \
 		QUOTAPLANE_CADDY="$$(hack/caddy.sh)" QUOTAPLANE_NGINX="$$(command -v nginx || echo /usr/sbin/nginx)" \
@@ -56,6 +56,11 @@ bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s).
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+
+.PHONY: dashboards
+dashboards: ## Generate the Grafana dashboard (config/grafana) and the PrometheusRule from config/prometheus/quotaplane.rules.yaml (go run ./hack/grafana); copy the rules into the Helm chart.
+	$(GO) run ./hack/grafana
+	@cp config/prometheus/quotaplane.rules.yaml $(CHART)/files/quotaplane.rules.yaml
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases) and the manager's RBAC role (config/rbac/role.yaml) from markers; copy them and the static objects into the Helm chart.
@@ -74,13 +79,14 @@ CHART := deploy/helm/quotaplane
 
 # GENERATED lists what the generators write; verify compares it before and after.
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml \
-	$(CHART)/crds $(CHART)/files/manager-role.yaml $(CHART)/files/quota-roles.yaml $(CHART)/files/tenant-tier.yaml
+	$(CHART)/crds $(CHART)/files/manager-role.yaml $(CHART)/files/quota-roles.yaml $(CHART)/files/tenant-tier.yaml \
+	config/grafana/quotaplane.json config/prometheus/prometheusrule.yaml $(CHART)/files/quotaplane.rules.yaml
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) ## Rerun every generator and the sample check; fail if generated files were stale.
 	@mkdir -p $(LOCALBIN)
 	@find $(GENERATED) -type f 2>/dev/null | sort | xargs -r sha256sum > $(LOCALBIN)/.generated.before
-	@$(MAKE) --no-print-directory generate manifests
+	@$(MAKE) --no-print-directory generate manifests dashboards
 	@find $(GENERATED) -type f 2>/dev/null | sort | xargs -r sha256sum > $(LOCALBIN)/.generated.after
 	@if ! diff -u $(LOCALBIN)/.generated.before $(LOCALBIN)/.generated.after; then \
 		echo "generated files were out of date and have been regenerated: review and commit them"; exit 1; fi
@@ -146,6 +152,14 @@ chromium: ## Install chromium with apt-get when it is missing (the live view's b
 	@command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 	@/usr/bin/chromium --version 2>/dev/null || chromium --version
+
+# promtool (config/prometheus_test.go) and prometheus (test/e2e's
+# TestObservability) come from Debian's package when they are missing.
+.PHONY: prometheus
+prometheus: ## Install prometheus and promtool with apt-get when they are missing.
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@promtool --version | head -1
 
 $(CONTROLLER_GEN):
 	mkdir -p $(LOCALBIN)

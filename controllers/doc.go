@@ -168,7 +168,7 @@
 //     cycle), and sends nothing while its Secret cannot be read (a
 //     WebhookUnavailable Event on the QuotaPlane says why).
 //   - Metrics, quotaplane_manager_upstream_* (see metrics.go for why not
-//     the enforcers' quota_upstream_* names), dropped when the leader stops.
+//     the enforcers' quotaplane_enforcer_upstream_* names), dropped when the leader stops.
 //
 // A leader stops when its namespace loses its plane or its last Upstream,
 // and on shutdown, which waits for them. When the last Upstream of a plane

@@ -5,7 +5,9 @@ import (
 )
 
 // managerMetrics are the manager's own series, one label value per
-// namespace that holds quota objects.
+// namespace that holds quota objects. Every name starts with
+// quotaplane_manager_, as every enforcer's starts with quotaplane_enforcer_
+// (server.MetricPrefix): one prefix for the project, the binary after it.
 type managerMetrics struct {
 	version         *prometheus.GaugeVec
 	rejected        *prometheus.GaugeVec
@@ -50,6 +52,10 @@ func (m *managerMetrics) record(v *verdict) {
 	m.rejected.WithLabelValues(v.namespace).Set(float64(rejected))
 	m.held.WithLabelValues(v.namespace).Set(float64(held))
 	m.version.WithLabelValues(v.namespace).Set(float64(v.version))
+	// The counters exist from the first compile, at 0, so that rate() and
+	// increase() see the first publish and the first failure.
+	m.publishes.WithLabelValues(v.namespace)
+	m.publishFailures.WithLabelValues(v.namespace)
 }
 
 // forget drops the series of a namespace that no longer holds quota objects.
@@ -62,9 +68,10 @@ func (m *managerMetrics) forget(ns string) {
 // upstreamMetrics are the upstream leaders' series (upstream.go), the
 // leader's view of each plane's Upstreams: what it sensed and decided.
 //
-// They are named quotaplane_manager_upstream_*, not quota_upstream_*: the
-// enforcers export quota_upstream_capacity_confidence{upstream} and
-// quota_upstream_phase{upstream}, the plan as each of them applies it (the
+// They are named quotaplane_manager_upstream_*, not
+// quotaplane_enforcer_upstream_*: the enforcers export
+// quotaplane_enforcer_upstream_capacity_confidence{upstream} and
+// quotaplane_enforcer_upstream_phase{upstream}, the plan as each of them applies it (the
 // leader's confidence decayed by the plan's age). The same name with
 // another label set would be refused by a registry that holds both (a
 // Prometheus registry requires one label set per name) and mixed by every

@@ -318,7 +318,7 @@ type QuotaPlaneSpec struct {
 	// failureMode is what enforcers of a central or local-reconciled plane do
 	// while Redis is unreachable (central: the circuit breaker is open;
 	// local-reconciled: three reconciles in a row failed): degrade, allow or
-	// deny. The enforcer's quota_backend_degraded metric says when it is in
+	// deny. The enforcer's quotaplane_enforcer_backend_degraded metric says when it is in
 	// force, and it logs entering and leaving it. Default degrade.
 	// +optional
 	FailureMode FailureMode `json:"failureMode,omitempty"`

@@ -17,6 +17,9 @@
 // arrives. It reaches Redis as the manager does (package redisconn): as
 // -redis-username, with the password of -redis-password-file (a mounted
 // Secret) or QUOTAPLANE_REDIS_PASSWORD.
+//
+// It logs with log/slog to stderr, as text or JSON (-log-format, -log-level;
+// package logging), as the other quotaplane binary does.
 package main
 
 import (
@@ -45,6 +48,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/envflag"
 	"github.com/quotaplane/quotaplane/pkg/gateway"
+	"github.com/quotaplane/quotaplane/pkg/logging"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/redisconn"
 	"github.com/quotaplane/quotaplane/pkg/reload"
@@ -94,7 +98,11 @@ func run() error {
 		"on SIGTERM, how long /readyz answers 503 while the listeners keep serving, before they stop: time for Services and gateways to stop sending [QUOTAPLANE_DRAIN]")
 	maxKeys := flag.Int("max-keys", int(envflag.Int("QUOTAPLANE_MAX_KEYS", 0)),
 		"api keys that keep a state of their own across all tenants (default: sized to -memory-limit, else 200,000) [QUOTAPLANE_MAX_KEYS]")
+	logOpts := logging.Register(flag.CommandLine)
 	flag.Parse()
+	if _, err := logOpts.Setup(os.Stderr); err != nil {
+		return err
+	}
 	o.ReconcileInterval = time.Duration(*reconcileMs) * time.Millisecond
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -7,6 +7,9 @@
 // config) and to the Redis of -redis-addr. The Redis password comes from the
 // environment (QUOTAPLANE_REDIS_PASSWORD, in a Deployment from a Secret) or
 // from -redis-password-file (a mounted Secret); it is never logged.
+//
+// It logs with log/slog to stderr, as text or JSON (-log-format, -log-level;
+// package logging), as the other quotaplane binary does.
 package main
 
 import (
@@ -26,6 +29,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/controllers"
 	"github.com/quotaplane/quotaplane/pkg/envflag"
+	"github.com/quotaplane/quotaplane/pkg/logging"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/redisconn"
 )
@@ -47,13 +51,17 @@ func run() error {
 		fleetEvery  = flag.Duration("fleet-interval", envflag.Duration("QUOTAPLANE_FLEET_INTERVAL", 5*time.Second), "how often enforcer reports are read and fleets resized [QUOTAPLANE_FLEET_INTERVAL]")
 		scaleDown   = flag.Duration("scale-down-delay", envflag.Duration("QUOTAPLANE_SCALE_DOWN_DELAY", 5*time.Minute), "how long a lower replica count must be wanted before a fleet shrinks [QUOTAPLANE_SCALE_DOWN_DELAY]")
 		resync      = flag.Duration("resync-interval", envflag.Duration("QUOTAPLANE_RESYNC_INTERVAL", 10*time.Second), "how often every plane is compiled and published again, so that a Redis that lost its data gets it back [QUOTAPLANE_RESYNC_INTERVAL]")
+		logOpts     = logging.Register(flag.CommandLine)
 		maxFleet    = flag.Int("max-enforcer-replicas", int(envflag.Int("QUOTAPLANE_MAX_ENFORCER_REPLICAS", controllers.DefaultMaxEnforcerReplicas)), "the most replicas the manager gives any plane's enforcer Deployment, whatever the plane asks [QUOTAPLANE_MAX_ENFORCER_REPLICAS]")
 	)
 	// controller-runtime registers -kubeconfig on the default flag set.
 	flag.Parse()
 
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	slog.SetDefault(log)
+	// One logger for the manager and controller-runtime (package logging).
+	log, err := logOpts.Setup(os.Stderr)
+	if err != nil {
+		return err
+	}
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 
 	if *redisFlags.Addr == "" {

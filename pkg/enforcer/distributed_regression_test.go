@@ -115,6 +115,10 @@ func TestReconciledPushesAfterFailure(t *testing.T) {
 	if level > 1000-30 || level < 1000-40 {
 		t.Fatalf("the fleet's level is %d tokens, want 1000 less the 30 admitted", level)
 	}
+	// BackendStatus reports it in tokens (the reconcile overage metric's source).
+	if got := e.BackendStatus().FleetLevel; got > 1000-29 || got < 1000-40 { // the level refills at 1 token/s
+		t.Fatalf("BackendStatus().FleetLevel = %v tokens, want 1000 less the 30 admitted", got)
+	}
 }
 
 // A node id reused by a new process (a StatefulSet's pod) must have its

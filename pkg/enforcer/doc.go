@@ -186,7 +186,7 @@
 // Both distributed modes treat an unavailable Redis alike: the node is
 // degraded (central: its circuit breaker is open; local-reconciled: three
 // reconciles in a row failed, until one succeeds), BackendStatus.Degraded
-// says so (the enforcer's quota_backend_degraded metric), the engine logs
+// says so (the enforcer's quotaplane_enforcer_backend_degraded metric), the engine logs
 // a warning on entry and a line on exit (WithLogger), and the plane's
 // failureMode decides: degrade on the node's share (local-reconciled: its
 // parts as the last reconcile sized them), allow admits, deny denies at

@@ -205,11 +205,17 @@ type BackendStatus struct {
 	// calls that failed; Fallbacks counts decisions made by the
 	// failureMode.
 	ScriptCalls, Decisions, Failures, Fallbacks int64
+	// FleetLevel is, in mode local-reconciled, the fleet's global level in
+	// tokens as this node's last reconcile pulled it: below zero, the fleet
+	// admitted that much beyond the global limit (the overage the next
+	// reconcile pays back). 0 in the other modes.
+	FleetLevel float64
 }
 
 // BackendStatus reports the backend in force.
 func (e *Engine) BackendStatus() BackendStatus {
-	s := BackendStatus{Mode: e.policy.Load().Mode(), Nodes: 1}
+	p := e.policy.Load()
+	s := BackendStatus{Mode: p.Mode(), Nodes: 1}
 	if c := e.central; c != nil {
 		s.Degraded = c.breaker.open.Load()
 		s.Nodes = c.fleet.nodes.Load()
@@ -219,6 +225,9 @@ func (e *Engine) BackendStatus() BackendStatus {
 			r := &e.reconciler.stats
 			s.Degraded = e.reconciler.degraded.Load()
 			s.ScriptCalls, s.Failures, s.Fallbacks = r.runs.Load(), r.failures.Load(), r.fallbacks.Load()
+			if per := p.Spec().Global.PeriodMicros(); per > 0 {
+				s.FleetLevel = float64(r.fleetLevel.Load()) / float64(per) // token·µs per µs of the period
+			}
 		}
 	}
 	return s

@@ -63,7 +63,7 @@ func (s *authorizationService) Check(ctx context.Context, req *authv3.CheckReque
 		}
 		return nil, engineStatus(err)
 	}
-	s.observe(r.Tenant, &d, time.Since(start))
+	s.observe(&r, &d, time.Since(start))
 	limits := d.Limits(&r)
 	headers := make([]*corev3.HeaderValueOption, 0, 5)
 	quotaheaders.Each(&limits, &d, func(name, value string) { headers = append(headers, header(name, value)) })

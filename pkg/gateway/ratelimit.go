@@ -77,7 +77,7 @@ func (s *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		// A request of a denied group that would have passed was not
 		// admitted: only the denials of such a group are counted.
 		if allowed || !ds[i].Allow {
-			s.observe(rs[i].Tenant, &ds[i], took)
+			s.observe(&rs[i], &ds[i], took)
 		}
 	}
 	return rateLimitResponse(rs, ds, allowed), nil

@@ -21,7 +21,7 @@ import (
 // refusal into a free pass by adding a space to X-Api-Key or X-Tenant.
 func TestRLSMalformedValueIsAnAnswer(t *testing.T) {
 	e := newEngine(t, policytest.Compile(t, testPlane("  keyBinding: bound\n")).WithVersion(1))
-	s := &rateLimitService{engine: func() (*enforcer.Engine, error) { return e, nil }, observe: func(string, *enforcer.Decision, time.Duration) {}}
+	s := &rateLimitService{engine: func() (*enforcer.Engine, error) { return e, nil }, observe: func(*enforcer.Request, *enforcer.Decision, time.Duration) {}}
 	ask := func(pairs ...string) (*rlsv3.RateLimitResponse, error) {
 		return s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "gw", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor(pairs...)}})
 	}

@@ -53,7 +53,7 @@ type Server struct {
 // ShouldRateLimit, a Check): server.Metrics.Observe, so that the enforcer's
 // metrics and the decision rate it reports for fleet scaling count the
 // gRPC surfaces as they count the HTTP API.
-type Observer func(tenant string, d *enforcer.Decision, took time.Duration)
+type Observer func(r *enforcer.Request, d *enforcer.Decision, took time.Duration)
 
 // NewServer returns a server with opts (authn's, say) added to its own
 // bounds. Serve it with Serve; stop it with Shutdown.
@@ -82,9 +82,9 @@ func (s *Server) SetEngine(e *enforcer.Engine, observe Observer) {
 	s.setHealth(healthpb.HealthCheckResponse_SERVING)
 }
 
-func (s *Server) observe(tenant string, d *enforcer.Decision, took time.Duration) {
+func (s *Server) observe(r *enforcer.Request, d *enforcer.Decision, took time.Duration) {
 	if o := s.observer.Load(); o != nil {
-		(*o)(tenant, d, took)
+		(*o)(r, d, took)
 	}
 }
 

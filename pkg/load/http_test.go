@@ -53,9 +53,9 @@ func TestHTTPTarget(t *testing.T) {
 		for _, f := range families {
 			for _, metric := range f.GetMetric() {
 				switch f.GetName() {
-				case "quota_admitted_total":
+				case "quotaplane_enforcer_admitted_total":
 					admitted += int64(metric.GetCounter().GetValue())
-				case "quota_denied_total":
+				case "quotaplane_enforcer_denied_total":
 					denied[label(metric, "level")] += int64(metric.GetCounter().GetValue())
 				}
 			}

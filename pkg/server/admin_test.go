@@ -73,14 +73,19 @@ func TestMetrics(t *testing.T) {
 	}
 	body := rec.Body.String()
 	for _, want := range []string{
-		`quota_admitted_total{tenant="free-trial",tier="free"} 2`,
-		`quota_admitted_total{tenant="other",tier="free"} 2`,
-		`quota_denied_total{level="tenant"} 1`,
-		`quota_denied_total{level="global"} 0`,
-		`quota_decision_duration_seconds_count 5`,
-		`quota_policy_version{hash=`,
-		`quota_backend_degraded{mode="local"} 0`,
-		`quota_borrow_debt{tenant="acme"}`,
+		`quotaplane_enforcer_admitted_total{tenant="free-trial",tier="free"} 2`,
+		`quotaplane_enforcer_admitted_total{tenant="other",tier="free"} 2`,
+		`quotaplane_enforcer_denied_total{endpoint="export",level="tenant",tier="free"} 1`,
+		`quotaplane_enforcer_throttled_total{tenant="free-trial",tier="free"} 1`,
+		`quotaplane_enforcer_throttled_total{tenant="other",tier="free"} 0`,
+		`quotaplane_enforcer_tier_fair_share_ratio{tier="free"}`,
+		`quotaplane_enforcer_reconcile_overage_ratio 0`,
+		"go_goroutines ",
+		"process_resident_memory_bytes ",
+		`quotaplane_enforcer_decision_duration_seconds_count 5`,
+		`quotaplane_enforcer_policy_version{hash=`,
+		`quotaplane_enforcer_backend_degraded{mode="local"} 0`,
+		`quotaplane_enforcer_borrow_debt{tenant="acme"}`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -155,7 +160,7 @@ func TestRedisLatencyMetric(t *testing.T) {
 		post(api, "/api/read", map[string]string{HeaderTenant: "acme", HeaderAPIKey: "k"}, "")
 	}
 	body := get(admin, "/metrics").Body.String()
-	for _, want := range []string{"quota_redis_call_duration_seconds_count 3", `quota_backend_degraded{mode="central"} 0`, "quota_redis_script_calls_total 3"} {
+	for _, want := range []string{"quotaplane_enforcer_redis_call_duration_seconds_count 3", `quotaplane_enforcer_backend_degraded{mode="central"} 0`, "quotaplane_enforcer_redis_script_calls_total 3"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -93,7 +93,7 @@ func (a *API) decide(w http.ResponseWriter, r *http.Request) {
 		writeEngineError(w, err)
 		return
 	}
-	a.metrics.Observe(req.Tenant, &d, time.Since(start))
+	a.metrics.Observe(&req, &d, time.Since(start))
 	body := decision{Allowed: d.Allow, Tenant: req.Tenant, Endpoint: req.Endpoint, Cost: d.Cost, Remaining: d.Remaining, Borrowed: d.Borrowed}
 	limits := d.Limits(&req)
 	quotaheaders.Set(w.Header(), &limits, &d)

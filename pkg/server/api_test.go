@@ -181,7 +181,7 @@ func TestFloodOfUnknownTenantsAndKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() == "quota_admitted_total" && len(f.GetMetric()) > named+3 {
+		if f.GetName() == "quotaplane_enforcer_admitted_total" && len(f.GetMetric()) > named+3 {
 			t.Fatalf("%d admitted series: labels came from requests", len(f.GetMetric()))
 		}
 	}

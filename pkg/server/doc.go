@@ -32,8 +32,10 @@
 // query, which Caddy fills with the client's.
 //
 // The admin handler (NewAdmin) serves what operators and probes read, on a
-// listener apart from the API's: /healthz, /readyz, /metrics (Prometheus;
-// tenant labels only for tenants the policy names, the rest as "other"),
+// listener apart from the API's: /healthz, /readyz, /metrics (Prometheus,
+// every name starting with MetricPrefix, plus the Go runtime's and the
+// process's; tenant and endpoint labels only for those the policy names,
+// the rest as "other": see Metrics and docs/observability.md),
 // /quota/debug?tenant=X and /quota/ui, the live view (ui.go, docs/ui.md).
 //
 // /quota/debug is JSON: the tenant's tier, weight, limits with their

@@ -75,7 +75,7 @@ func (a *API) forwardAuth(denyStatus int) http.HandlerFunc {
 			writeRefusal(w, refusalStatus(status), level, message)
 			return
 		}
-		a.metrics.Observe(req.Tenant, &d, time.Since(start))
+		a.metrics.Observe(&req, &d, time.Since(start))
 		limits := d.Limits(&req)
 		quotaheaders.Set(w.Header(), &limits, &d)
 		if d.Allow {

@@ -71,8 +71,8 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 	admin := NewAdmin(e, m, func() bool { return true })
 	mrec := httptest.NewRecorder()
 	admin.ServeHTTP(mrec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, want := range []string{`quota_upstream_capacity_confidence{upstream="llm"} 0.55`, `quota_upstream_phase{upstream="llm"} 2`,
-		`quota_upstream_shed_total{class="low",reason="suspended",upstream="llm"}`} {
+	for _, want := range []string{`quotaplane_enforcer_upstream_capacity_confidence{upstream="llm"} 0.55`, `quotaplane_enforcer_upstream_phase{upstream="llm"} 2`,
+		`quotaplane_enforcer_upstream_shed_total{class="low",reason="suspended",upstream="llm"}`} {
 		if !strings.Contains(mrec.Body.String(), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -38,7 +38,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kubeconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
 	"github.com/quotaplane/quotaplane/controllers"
@@ -86,18 +85,7 @@ func localChain(t *testing.T) *chain {
 
 	// The manager, as an operator runs it: its own kubeconfig, leader
 	// election on, the Redis password from the environment.
-	admin, err := env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	config, err := admin.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	configPath := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(configPath, config, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	configPath := adminKubeconfig(t, env)
 	redisEnv := "QUOTAPLANE_REDIS_PASSWORD=" + password
 	c := &chain{client: env.Client, namespace: ns}
 	c.processes = append(c.processes, start(t, bins["manager"], []string{redisEnv},
@@ -116,6 +104,7 @@ func localChain(t *testing.T) *chain {
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	if c.store, err = store.New(r.Client(), plane); err != nil {
 		t.Fatal(err)
 	}
