@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/quotaplane/quotaplane/pkg/report"
 	"github.com/quotaplane/quotaplane/pkg/whatif"
 )
 
@@ -18,7 +19,7 @@ func runDiff(_ context.Context, e *env, args []string) error {
 	if len(paths) != 2 {
 		return usageError("want OLD and NEW, two directories (or files) of quota objects; got %d operand(s)", len(paths))
 	}
-	if err := whatif.CheckFormat(*format); err != nil {
+	if err := report.CheckFormat(*format); err != nil {
 		return usageError("%v", err)
 	}
 	old, err := whatif.Load(paths[0])
@@ -30,7 +31,7 @@ func runDiff(_ context.Context, e *env, args []string) error {
 		return fmt.Errorf("NEW: %w", err)
 	}
 	d := whatif.Compare(paths[0], old, paths[1], new)
-	if err := whatif.Write(e.stdout, *format, d); err != nil {
+	if err := report.Write(e.stdout, *format, d); err != nil {
 		return err
 	}
 	if *exitCode && !d.Empty() {

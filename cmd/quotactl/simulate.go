@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/report"
 	"github.com/quotaplane/quotaplane/pkg/whatif"
 )
 
@@ -33,7 +34,7 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 	case *top < 0:
 		return usageError("--top %d: want 0 or more", *top)
 	}
-	if err := whatif.CheckFormat(*format); err != nil {
+	if err := report.CheckFormat(*format); err != nil {
 		return usageError("%v", err)
 	}
 	b, summary, err := whatif.LoadProfile(*profile, *duration, *seed)
@@ -57,5 +58,5 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 	if sim.New, err = whatif.Simulate(ctx, *newPath, p, b, *top); err != nil {
 		return err
 	}
-	return whatif.Write(e.stdout, *format, sim)
+	return report.Write(e.stdout, *format, sim)
 }

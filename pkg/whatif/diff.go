@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/report"
 )
 
 // The levels of a Diff's changes, in the order it lists them.
@@ -199,8 +200,8 @@ func Compare(oldSource string, old *policy.Policy, newSource string, new *policy
 func (d *Diff) Empty() bool { return len(d.Changes) == 0 }
 
 // Tables are the changes and the tenants by tier.
-func (d *Diff) Tables() []Table {
-	changes := Table{
+func (d *Diff) Tables() []report.Table {
+	changes := report.Table{
 		Title:  fmt.Sprintf("policy %s (%s, hash %s) -> %s (%s, hash %s)", d.Old.Plane, d.Old.Source, short(d.Old.Hash), d.New.Plane, d.New.Source, short(d.New.Hash)),
 		Header: []string{"LEVEL", "OBJECT", "FIELD", "OLD", "NEW"},
 	}
@@ -210,9 +211,9 @@ func (d *Diff) Tables() []Table {
 	if d.Empty() {
 		changes.Header = nil
 		changes.Notes = []string{"no change: both enforce the same policy"}
-		return []Table{changes}
+		return []report.Table{changes}
 	}
-	tiers := Table{Title: "named tenants by tier", Header: []string{"TIER", "BEFORE", "AFTER", "ADDED", "REMOVED", "CHANGED", "TIER DEFAULTS"}}
+	tiers := report.Table{Title: "named tenants by tier", Header: []string{"TIER", "BEFORE", "AFTER", "ADDED", "REMOVED", "CHANGED", "TIER DEFAULTS"}}
 	for _, t := range d.Tiers {
 		defaults := "same"
 		if t.DefaultsChanged {
@@ -220,7 +221,7 @@ func (d *Diff) Tables() []Table {
 		}
 		tiers.Rows = append(tiers.Rows, []string{t.Tier, strconv.Itoa(t.Before), strconv.Itoa(t.After), strconv.Itoa(t.Added), strconv.Itoa(t.Removed), strconv.Itoa(t.Changed), defaults})
 	}
-	return []Table{changes, tiers}
+	return []report.Table{changes, tiers}
 }
 
 // eachPair calls f for every name in a or b, in name order, with nil on

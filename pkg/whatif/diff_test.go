@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quotaplane/quotaplane/pkg/report"
 	"github.com/quotaplane/quotaplane/pkg/whatif"
 )
 
@@ -20,7 +21,7 @@ func TestCompareSamplesWithThemselves(t *testing.T) {
 		t.Fatalf("the samples against themselves: %+v", d.Changes)
 	}
 	var out bytes.Buffer
-	if err := whatif.Write(&out, "table", d); err != nil || !strings.Contains(out.String(), "no change") {
+	if err := report.Write(&out, "table", d); err != nil || !strings.Contains(out.String(), "no change") {
 		t.Errorf("table of no change: %q, %v", out.String(), err)
 	}
 }
@@ -97,21 +98,21 @@ func TestCompareLevelByLevel(t *testing.T) {
 
 	// Every format carries the changes.
 	var md, js bytes.Buffer
-	if err := whatif.Write(&md, "markdown", d); err != nil {
+	if err := report.Write(&md, "markdown", d); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(md.String(), "| LEVEL | OBJECT | FIELD | OLD | NEW |\n| --- | --- | --- | --- | --- |\n") ||
 		!strings.Contains(md.String(), "| tier | free | tenant limit | 50 per 1s (burst 100) | 25 per 1s (burst 50) |") {
 		t.Errorf("markdown:\n%s", md.String())
 	}
-	if err := whatif.Write(&js, "json", d); err != nil {
+	if err := report.Write(&js, "json", d); err != nil {
 		t.Fatal(err)
 	}
 	var back whatif.Diff
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Changes) != len(d.Changes) || back.New.Hash != new.Hash() {
 		t.Errorf("json round trip: %v, %d changes, want %d", err, len(back.Changes), len(d.Changes))
 	}
-	if err := whatif.Write(&js, "yaml", d); err == nil || !strings.Contains(err.Error(), "table, json, markdown") {
+	if err := report.Write(&js, "yaml", d); err == nil || !strings.Contains(err.Error(), "table, json, markdown") {
 		t.Errorf("format yaml: %v", err)
 	}
 }

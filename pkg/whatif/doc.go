@@ -3,7 +3,7 @@
 // tenants by tier) and what it would do to a load (Simulate: a load
 // profile replayed in virtual time against the baseline and the new
 // policy with the real engine). cmd/quotactl prints its reports as tables,
-// JSON or Markdown (Write).
+// JSON or Markdown (pkg/report).
 //
 // Decisions:
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/load"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/report"
 )
 
 // Counts is what a group of tenants (a tier, one tenant, all) offered and
@@ -180,7 +181,7 @@ func (c *Counts) settle() {
 }
 
 // Tables are the tiers, the total and the top tenants, baseline beside new.
-func (s *Simulation) Tables() []Table {
+func (s *Simulation) Tables() []report.Table {
 	title := fmt.Sprintf("simulated %s of %s (seed %d) in virtual time, mode local", time.Duration(s.MeasuredSeconds*float64(time.Second)), s.Profile, s.Seed)
 	var notes []string
 	if s.Baseline != nil {
@@ -193,7 +194,7 @@ func (s *Simulation) Tables() []Table {
 		notes = append(notes, "the plane's mode is "+s.New.Mode+": simulated as one enforcer deciding the whole plane (mode local)")
 	}
 	notes = append(notes, "rates per second; fair share and its error in tokens (requests × endpoint cost); OLD → NEW where they differ")
-	tiers := Table{Title: title, Header: s.header("TIER"), Notes: notes}
+	tiers := report.Table{Title: title, Header: s.header("TIER"), Notes: notes}
 	var baseTiers map[string]*TierRun
 	if s.Baseline != nil {
 		baseTiers = map[string]*TierRun{}
@@ -225,7 +226,7 @@ func (s *Simulation) Tables() []Table {
 	}
 	tiers.Rows = append(tiers.Rows, s.row("all", baseTotal, &s.New.Total))
 
-	top := Table{Title: fmt.Sprintf("top %d tenants by offered load", len(s.New.Top)), Header: s.header("TENANT (TIER)")}
+	top := report.Table{Title: fmt.Sprintf("top %d tenants by offered load", len(s.New.Top)), Header: s.header("TENANT (TIER)")}
 	for i, t := range s.New.Top {
 		var base *Counts
 		label := t.Tenant + " (" + t.Tier + ")"
@@ -238,7 +239,7 @@ func (s *Simulation) Tables() []Table {
 		}
 		top.Rows = append(top.Rows, s.row(label, base, &t.Counts))
 	}
-	return []Table{tiers, top}
+	return []report.Table{tiers, top}
 }
 
 func (s *Simulation) header(first string) []string {

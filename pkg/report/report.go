@@ -1,4 +1,8 @@
-package whatif
+// Package report prints an operator's report three ways: aligned text tables
+// for a terminal, JSON for scripts, and GitHub-flavoured Markdown tables
+// for a pull request comment (quotactl's -o table|json|markdown). A
+// report gives its tables for people (Tables) and is its own JSON.
+package report
 
 import (
 	"encoding/json"
