@@ -50,6 +50,8 @@ type Plane struct {
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 	// Errors are what could not be read for this plane.
 	Errors []string `json:"errors,omitempty"`
+
+	redis bool // read from Redis
 }
 
 // Enforcer is one enforcer's live report.
@@ -97,7 +99,7 @@ func FromRedis(ctx context.Context, c redis.UniversalClient, planes []string) (*
 		if err != nil {
 			return nil, err
 		}
-		p := Plane{Plane: name, Enforcers: []Enforcer{}}
+		p := Plane{Plane: name, Enforcers: []Enforcer{}, redis: true}
 		versions, err := s.Versions(ctx)
 		switch {
 		case errors.Is(err, store.ErrNoPolicy):
@@ -190,12 +192,13 @@ func (st *Status) AddKubernetes(ctx context.Context, c client.Reader, namespace 
 	return nil
 }
 
-// Unhealthy says whether some plane has nothing published, a rollout in
-// progress, a degraded enforcer, an error, or a QuotaPlane not Ready.
+// Unhealthy says whether some plane read from Redis has nothing published,
+// no enforcer reporting, a rollout in progress or a degraded enforcer, or
+// whether a read failed or a QuotaPlane is not Ready.
 func (st *Status) Unhealthy() bool {
 	for _, p := range st.Planes {
-		if len(p.Errors) > 0 || p.Degraded > 0 || p.OnCurrent < len(p.Enforcers) || p.Version == 0 ||
-			(p.Kubernetes != nil && p.Kubernetes.Ready != "True") {
+		fleet := p.redis && (p.Version == 0 || len(p.Enforcers) == 0 || p.OnCurrent < len(p.Enforcers) || p.Degraded > 0)
+		if fleet || len(p.Errors) > 0 || (p.Kubernetes != nil && p.Kubernetes.Ready != "True") {
 			return true
 		}
 	}
