@@ -153,13 +153,19 @@ func (v *View) Why() []string {
 	if v.Degraded {
 		why = append(why, "the enforcer is degraded: Redis is unavailable and the plane's failure mode decides ("+v.Backend+")")
 	}
+	var lastDenial *Decision
+	if i := slices.IndexFunc(v.Recent, func(d Decision) bool { return !d.Allowed }); i >= 0 {
+		lastDenial = &v.Recent[i]
+	}
 	for _, l := range v.Limits {
-		if l.Remaining <= 0 {
+		switch {
+		case l.Remaining <= 0:
 			why = append(why, fmt.Sprintf("the %s level%s is exhausted: %d tokens left of %s", l.Level, nameOf(l.Name), l.Remaining, l.Limit))
+		case lastDenial != nil && lastDenial.Level == l.Level && l.Remaining < lastDenial.Cost:
+			why = append(why, fmt.Sprintf("the %s level%s has %d tokens left of %s: fewer than the last denied request's cost, %d", l.Level, nameOf(l.Name), l.Remaining, l.Limit, lastDenial.Cost))
 		}
 	}
-	if i := slices.IndexFunc(v.Recent, func(d Decision) bool { return !d.Allowed }); i >= 0 {
-		d := v.Recent[i]
+	if d := lastDenial; d != nil {
 		why = append(why, fmt.Sprintf("its last denial (%s, %s, cost %d) was at the %s level: %s", d.At.Format(time.RFC3339), cmp.Or(d.Endpoint, "-"), d.Cost, d.Level, d.Reason))
 	}
 	if v.FairShare != nil && v.DemandPerSec > *v.FairShare {
