@@ -6,7 +6,8 @@
 //	quotactl simulate --policy NEW [--baseline OLD] --profile seed002|FILE
 //	                                           replay a load in virtual time against both policies
 //	quotactl explain TENANT --enforcer URL     why a tenant is throttled now (an enforcer's admin API)
-//	quotactl status --redis-addr ADDR          planes, published versions, fleet rollout
+//	quotactl status [--redis-addr ADDR] [--kubernetes]
+//	                                           planes, published versions, fleet rollout
 //
 // Named kubectl-quota it is a kubectl plugin (`kubectl quota diff ...`);
 // only its help text changes. Reports go to stdout as tables, or as JSON
@@ -66,7 +67,7 @@ var commands = []command{
 	{"diff", "OLD NEW", "what changes from the policy at OLD to the one at NEW (directories or files), level by level", runDiff},
 	{"simulate", "--policy NEW [--baseline OLD] --profile seed002|FILE", "replay a load profile in virtual time against the policies", runSimulate},
 	{"explain", "TENANT --enforcer URL", "why a tenant is throttled now, from an enforcer's admin API", runExplain},
-	{"status", "--redis-addr ADDR [--plane NS/NAME]", "planes, published versions, fleet rollout and degraded enforcers, from Redis", runStatus},
+	{"status", "[--redis-addr ADDR] [--kubernetes] [--plane NS/NAME]", "planes, published versions, fleet rollout and degraded enforcers, from Redis and the Kubernetes API", runStatus},
 }
 
 // progName is how the user called the binary: "kubectl quota" when it is

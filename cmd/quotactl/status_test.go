@@ -175,6 +175,7 @@ func TestStatusWithKubernetes(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status --kubernetes: exit %d: %s", code, errOut)
 	}
+	t.Logf("quotactl status --redis-addr %s --kubernetes --kubeconfig %s:\n%s", srv.Addr, path, out)
 	if !regexp.MustCompile(`\ndefault/main +True +Published +False +v2 +1/2 +2 +0 +0 +policy v2 published\n`).MatchString(out) {
 		t.Errorf("status --kubernetes lacks the QuotaPlane's row:\n%s", out)
 	}
