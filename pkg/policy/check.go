@@ -16,7 +16,8 @@ func Check(w io.Writer, dirs ...string) bool {
 	for _, dir := range dirs {
 		objs, err := ReadDir(dir)
 		if err != nil {
-			fmt.Fprintf(w, "%s: %v\n", dir, err)
+			fmt.Fprintln(w, err) // ReadDir's errors name dir
+
 			ok = false
 			continue
 		}
