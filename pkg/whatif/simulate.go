@@ -33,6 +33,9 @@ type Counts struct {
 	// FairShareError is (admitted tokens − fair share) / fair share; 0
 	// when the share is 0.
 	FairShareError float64 `json:"fairShareError"`
+
+	raw  load.TenantCount // the counts behind the rates
+	secs float64          // over this many measured seconds
 }
 
 // TierRun is one tier's counts.
@@ -117,7 +120,7 @@ func Simulate(ctx context.Context, source string, p *policy.Policy, b *load.Buil
 			return nil, fmt.Errorf("simulate: the fair shares' tenants are out of the run's order at %d (%s, %s)", i, dev.Name, t.Name)
 		}
 		tier := cmp.Or(dev.FairShare.Tier, "(unknown, denied)")
-		var c Counts = newCounts()
+		c := newCounts()
 		c.add(&t.TenantCount, secs)
 		c.FairSharePerSec = dev.SharePerSec
 		run.Decisions += t.Offered
@@ -130,7 +133,6 @@ func Simulate(ctx context.Context, source string, p *policy.Policy, b *load.Buil
 		}
 		tr.add(&t.TenantCount, secs)
 		if i < top {
-			c.Tenants = 1
 			c.settle()
 			run.Top = append(run.Top, TenantRun{Tenant: t.Name, Tier: tier, Rank: t.Rank, Counts: c})
 		}
@@ -160,20 +162,32 @@ func newCounts() Counts {
 
 func (c *Counts) add(t *load.TenantCount, secs float64) {
 	c.Tenants++
-	c.OfferedPerSec += float64(t.Offered) / secs
-	c.AdmittedPerSec += float64(t.Admitted) / secs
-	c.OfferedTokensPerSec += float64(t.OfferedTokens) / secs
-	c.AdmittedTokensPerSec += float64(t.AdmittedTokens) / secs
-	for i, l := range enforcer.Levels {
-		c.DeniedPerSec[string(l)] += float64(t.Denied[i]) / secs
+	c.raw.Offered += t.Offered
+	c.raw.Admitted += t.Admitted
+	c.raw.OfferedTokens += t.OfferedTokens
+	c.raw.AdmittedTokens += t.AdmittedTokens
+	c.raw.DeniedUpstream += t.DeniedUpstream
+	for i := range t.Denied {
+		c.raw.Denied[i] += t.Denied[i]
 	}
-	if t.DeniedUpstream > 0 {
-		c.DeniedPerSec[string(enforcer.LevelUpstream)] += float64(t.DeniedUpstream) / secs
-	}
+	c.secs = secs
 }
 
-// settle computes the fair-share error once the counts are complete.
+// settle turns the counts into rates (counts summed first, divided once)
+// and computes the fair-share error.
 func (c *Counts) settle() {
+	if c.secs > 0 {
+		c.OfferedPerSec = float64(c.raw.Offered) / c.secs
+		c.AdmittedPerSec = float64(c.raw.Admitted) / c.secs
+		c.OfferedTokensPerSec = float64(c.raw.OfferedTokens) / c.secs
+		c.AdmittedTokensPerSec = float64(c.raw.AdmittedTokens) / c.secs
+		for i, l := range enforcer.Levels {
+			c.DeniedPerSec[string(l)] = float64(c.raw.Denied[i]) / c.secs
+		}
+		if c.raw.DeniedUpstream > 0 {
+			c.DeniedPerSec[string(enforcer.LevelUpstream)] = float64(c.raw.DeniedUpstream) / c.secs
+		}
+	}
 	c.FairShareError = 0
 	if c.FairSharePerSec > 0 {
 		c.FairShareError = (c.AdmittedTokensPerSec - c.FairSharePerSec) / c.FairSharePerSec
