@@ -13,7 +13,8 @@
 // only its help text changes. Reports go to stdout as tables, or as JSON
 // or Markdown with -o; errors go to stderr with a non-zero exit: 1 for a
 // failure or a check that found problems, 2 for a usage error. The logic
-// lives in packages (pkg/policy's Check, pkg/whatif, pkg/store); this file
+// lives in packages (pkg/policy's Check, pkg/whatif, pkg/explain,
+// pkg/planestatus, pkg/report; docs/quotactl.md); this file
 // holds flags and wiring.
 package main
 
