@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/report"
 	"github.com/quotaplane/quotaplane/pkg/whatif"
 )
@@ -22,11 +23,11 @@ func runDiff(_ context.Context, e *env, args []string) error {
 	if err := report.CheckFormat(*format); err != nil {
 		return usageError("%v", err)
 	}
-	old, err := whatif.Load(paths[0])
+	old, err := policy.LoadPath(paths[0])
 	if err != nil {
 		return fmt.Errorf("OLD: %w", err)
 	}
-	new, err := whatif.Load(paths[1])
+	new, err := policy.LoadPath(paths[1])
 	if err != nil {
 		return fmt.Errorf("NEW: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/report"
 	"github.com/quotaplane/quotaplane/pkg/whatif"
 )
@@ -43,7 +44,7 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 	}
 	sim := &whatif.Simulation{Profile: summary, Seed: *seed, MeasuredSeconds: duration.Seconds()}
 	if *basePath != "" {
-		base, err := whatif.Load(*basePath)
+		base, err := policy.LoadPath(*basePath)
 		if err != nil {
 			return fmt.Errorf("--baseline: %w", err)
 		}
@@ -51,7 +52,7 @@ func runSimulate(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	p, err := whatif.Load(*newPath)
+	p, err := policy.LoadPath(*newPath)
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}

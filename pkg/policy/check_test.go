@@ -29,3 +29,27 @@ func TestCheck(t *testing.T) {
 		t.Errorf("every directory gets its lines, in order:\n%s", out.String())
 	}
 }
+
+// LoadPath takes a directory or one file, and names the file in its errors.
+func TestLoadPath(t *testing.T) {
+	dir, err := policy.LoadPath("../../config/samples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := policy.LoadPath("../../config/samples/quotaplane.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if file.ID() != dir.ID() || len(file.Spec().Tenants) != 0 || len(dir.Spec().Tenants) == 0 {
+		t.Errorf("the plane's file alone: %s with %d tenants; the directory: %s with %d", file.ID(), len(file.Spec().Tenants), dir.ID(), len(dir.Spec().Tenants))
+	}
+	if _, err := policy.LoadPath("testdata/misspelt.yaml"); err == nil || !strings.Contains(err.Error(), `testdata/misspelt.yaml: document 3 (EndpointQuota)`) {
+		t.Errorf("a file with a misspelt field: %v", err)
+	}
+	if _, err := policy.LoadPath("../../config/samples/tenants.yaml"); err == nil || !strings.Contains(err.Error(), "tenants.yaml: ") {
+		t.Errorf("tenants without their plane: %v", err)
+	}
+	if _, err := policy.LoadPath("no-such"); err == nil {
+		t.Error("a missing path loaded")
+	}
+}

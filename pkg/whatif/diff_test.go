@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/report"
 	"github.com/quotaplane/quotaplane/pkg/whatif"
 )
 
 func TestCompareSamplesWithThemselves(t *testing.T) {
-	p, err := whatif.Load("../../config/samples")
+	p, err := policy.LoadPath("../../config/samples")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestCompareSamplesWithThemselves(t *testing.T) {
 }
 
 func TestCompareLevelByLevel(t *testing.T) {
-	old, err := whatif.Load("../../config/samples")
+	old, err := policy.LoadPath("../../config/samples")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestCompareLevelByLevel(t *testing.T) {
 		edit{"tenants.yaml", "limit: {rate: 10, burst: 20}", "limit: {rate: 5, burst: 20}"},
 		edit{"tenants.yaml", "  name: initech\nspec:\n  tenant: initech\n  tier: standard\n  weight: 6", "  name: newco\nspec:\n  tenant: newco\n  tier: free"},
 	)
-	new, err := whatif.Load(dir)
+	new, err := policy.LoadPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@
 //
 // Decisions:
 //
-//   - One compiler: both sides are compiled by pkg/policy (Load), so a
+//   - One compiler: both sides are compiled by pkg/policy (LoadPath), so a
 //     change that does not compile is reported as the manager would.
 //   - One load generator: Simulate runs pkg/load's virtual-time run (one
 //     stream, DecideAt at each scheduled instant, the engine's clock pinned

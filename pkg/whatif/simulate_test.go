@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/load"
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/whatif"
 )
 
@@ -35,11 +37,11 @@ func TestSimulateHalvedFreeTier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := whatif.Load("../../config/samples")
+	base, err := policy.LoadPath("../../config/samples")
 	if err != nil {
 		t.Fatal(err)
 	}
-	halved, err := whatif.Load(samplesWith(t, halveFree))
+	halved, err := policy.LoadPath(samplesWith(t, halveFree))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,40 +92,48 @@ func TestSimulateHalvedFreeTier(t *testing.T) {
 }
 
 // Simulate counts what pkg/load's virtual-time run counts, tier by tier:
-// the numbers `load -virtual` prints for the same plane and profile.
+// the numbers `load -virtual -policy DIR` prints, for the sample plane and
+// for it with the free tier's rate halved.
 func TestSimulateAgreesWithLoadRun(t *testing.T) {
-	p, err := whatif.Load("../../config/samples")
-	if err != nil {
-		t.Fatal(err)
-	}
 	prof := load.Seed002()
 	prof.Rate, prof.Duration = 20_000, time.Second
 	b, err := prof.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := whatif.Simulate(context.Background(), "samples", p, b, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The run as cmd/load -virtual makes it.
-	fleet, err := load.NewFleet(p, 1, nil, enforcerClock())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
-	res, err := load.Run(context.Background(), b, fleet, load.Options{Virtual: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tier := range load.Tiers {
-		want, got := res.Tiers[tier], tierOf(t, run, tier)
-		if got.AdmittedPerSec != float64(want.Admitted)/res.Measured || got.OfferedPerSec != float64(want.Offered)/res.Measured ||
-			got.DeniedPerSec["global"] != float64(want.Denied[0])/res.Measured {
-			t.Errorf("%s: simulate %+v, load.Run %+v", tier, got, want)
+	for _, dir := range []string{"../../config/samples", samplesWith(t, halveFree)} {
+		p, err := policy.LoadPath(dir)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if run.Total.DeniedPerSec["global"] == 0 {
-		t.Errorf("seed 002's shape at 20,000 req/s denied nothing at the global level: the check above compares nothing interesting")
+		run, err := whatif.Simulate(context.Background(), dir, p, b, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The run as cmd/load -virtual makes it.
+		fleet, err := load.NewFleet(p, 1, nil, enforcerClock())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := load.Run(context.Background(), b, fleet, load.Options{Virtual: true})
+		fleet.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tier := range load.Tiers {
+			want, got := res.Tiers[tier], tierOf(t, run, tier)
+			for i, l := range enforcer.Levels {
+				if got.DeniedPerSec[string(l)] != float64(want.Denied[i])/res.Measured {
+					t.Errorf("%s, %s: denied at the %s level %.1f/s, load.Run %d in %gs", dir, tier, l, got.DeniedPerSec[string(l)], want.Denied[i], res.Measured)
+				}
+			}
+			if got.AdmittedPerSec != float64(want.Admitted)/res.Measured || got.OfferedPerSec != float64(want.Offered)/res.Measured ||
+				got.AdmittedTokensPerSec != float64(want.AdmittedTokens)/res.Measured {
+				t.Errorf("%s, %s: simulate %+v, load.Run %+v", dir, tier, got, want)
+			}
+		}
+		if run.Total.DeniedPerSec["global"] == 0 {
+			t.Errorf("%s: seed 002's shape at 20,000 req/s denied nothing at the global level: the comparison above compares nothing interesting", dir)
+		}
 	}
 }
