@@ -376,25 +376,8 @@ func check(dirs []string) int {
 		fmt.Fprintln(os.Stderr, "usage: enforcer check DIR...")
 		return 2
 	}
-	code := 0
-	for _, dir := range dirs {
-		objs, err := policy.ReadDir(dir)
-		if err != nil {
-			fmt.Printf("%s: %v\n", dir, err)
-			code = 1
-			continue
-		}
-		p, problems := policy.Compile(objs)
-		for _, pr := range problems {
-			fmt.Printf("%s: %s\n", dir, pr)
-		}
-		if len(problems) > 0 || p == nil {
-			code = 1
-			continue
-		}
-		s := p.Spec()
-		fmt.Printf("%s: ok: plane %s/%s, %d tiers, %d endpoints, %d tenants, burst pool: %t, hash %s\n",
-			dir, s.Namespace, s.Plane, len(s.Tiers), len(s.Endpoints), len(s.Tenants), s.BurstPool != nil, p.Hash()[:12])
+	if !policy.Check(os.Stdout, dirs...) {
+		return 1
 	}
-	return code
+	return 0
 }

@@ -364,3 +364,30 @@ func TestTokensCounted(t *testing.T) {
 		t.Errorf("a real-time run wrote no tokens.csv: %v", err)
 	}
 }
+
+// BuildTenants ranks a recorded load's tenants by rate and offers each its
+// share of the requests.
+func TestBuildTenants(t *testing.T) {
+	p := Seed002()
+	p.Duration = 20 * time.Second
+	b, err := p.BuildTenants([]TenantRate{{Name: "small", Tier: "free", Rate: 10}, {Name: "big", Tier: "enterprise", Rate: 90}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Rate != 100 || b.Tenants[0].Name != "big" || b.Tenants[0].Rank != 1 || b.Tenants[1].Tier != "free" || len(b.Tenants[1].Keys()) != 4 {
+		t.Fatalf("built %+v at %g/s", b.Tenants, b.Rate)
+	}
+	res, err := Run(context.Background(), b, Null{}, Options{Virtual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, small := float64(res.Tenants[0].Offered)/res.Measured, float64(res.Tenants[1].Offered)/res.Measured
+	if math.Abs(big-90) > 9 || math.Abs(small-10) > 3 {
+		t.Errorf("offered %.1f and %.1f req/s, want about 90 and 10", big, small)
+	}
+	for _, bad := range [][]TenantRate{nil, {{Name: "a", Rate: 1}, {Name: "a", Rate: 2}}, {{Name: "", Rate: 1}}, {{Name: "a", Rate: -1}}, {{Name: "a"}}} {
+		if _, err := p.BuildTenants(bad); err == nil {
+			t.Errorf("%+v built", bad)
+		}
+	}
+}

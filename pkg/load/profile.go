@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -102,17 +103,11 @@ func (p Profile) Build() (*Built, error) {
 	case p.Duration <= 0:
 		return nil, fmt.Errorf("load: duration %s: it must be positive", p.Duration)
 	}
-	var shares float64
-	for _, e := range p.Endpoints {
-		if e.Name == "" || e.Share < 0 {
-			return nil, fmt.Errorf("load: endpoint %q with share %g", e.Name, e.Share)
-		}
-		shares += e.Share
+	b, err := p.newBuilt()
+	if err != nil {
+		return nil, err
 	}
-	if shares <= 0 {
-		return nil, fmt.Errorf("load: the endpoint shares add up to %g", shares)
-	}
-	b := &Built{Profile: p, Tenants: make([]Tenant, p.Tenants), index: make(map[string]int, p.Tenants)}
+	b.Tenants = make([]Tenant, p.Tenants)
 	rng := rand.New(rand.NewPCG(p.Seed, 0x5eed))
 	tierOf := make([]string, p.Tenants)
 	// Whales are enterprise customers (as far as there are enough); the
@@ -153,12 +148,90 @@ func (p Profile) Build() (*Built, error) {
 		}
 	}
 	b.tenant = newAlias(weights)
-	b.cum = make([]float64, len(p.Endpoints))
+	return b, nil
+}
+
+// newBuilt checks p's endpoints and makes its endpoint sampler, for Build
+// and BuildTenants.
+func (p Profile) newBuilt() (*Built, error) {
+	var shares float64
+	for _, e := range p.Endpoints {
+		if e.Name == "" || e.Share < 0 {
+			return nil, fmt.Errorf("load: endpoint %q with share %g", e.Name, e.Share)
+		}
+		shares += e.Share
+	}
+	if shares <= 0 {
+		return nil, fmt.Errorf("load: the endpoint shares add up to %g", shares)
+	}
+	b := &Built{Profile: p, index: make(map[string]int, p.Tenants), cum: make([]float64, len(p.Endpoints))}
 	var c float64
 	for i, e := range p.Endpoints {
 		c += e.Share / shares
 		b.cum[i] = c
 	}
+	return b, nil
+}
+
+// TenantRate is one tenant of a recorded profile (BuildTenants).
+type TenantRate struct {
+	Name string
+	// Tier is sent with the tenant's requests: the tier of a tenant the
+	// plane does not name (empty: the plane's default tier).
+	Tier string
+	// Rate is the requests per second the tenant offers.
+	Rate float64
+}
+
+// BuildTenants makes a profile of the tenants given, a recorded load,
+// instead of p's Zipf mix: it takes p's Seed, KeysPerTenant, Endpoints,
+// Duration and Spikes, and ignores its tier mix, ZipfS, Whales and Rate.
+// Ranks follow the rates, the heaviest first (ties in the order given);
+// the offered aggregate is their sum.
+func (p Profile) BuildTenants(ts []TenantRate) (*Built, error) {
+	switch {
+	case len(ts) == 0:
+		return nil, fmt.Errorf("load: no tenants")
+	case p.KeysPerTenant < 1:
+		return nil, fmt.Errorf("load: %d keys per tenant: need at least 1", p.KeysPerTenant)
+	case p.Duration <= 0:
+		return nil, fmt.Errorf("load: duration %s: it must be positive", p.Duration)
+	}
+	ts = slices.Clone(ts)
+	slices.SortStableFunc(ts, func(a, b TenantRate) int { return cmp.Compare(b.Rate, a.Rate) })
+	p.Tenants, p.Enterprise, p.Standard, p.ZipfS, p.Whales, p.Rate = len(ts), 0, 0, 0, 0, 0
+	weights := make([]float64, len(ts))
+	for i, t := range ts {
+		if t.Name == "" || t.Rate < 0 || math.IsNaN(t.Rate) || math.IsInf(t.Rate, 0) {
+			return nil, fmt.Errorf("load: tenant %q at %g requests/s: it needs a name and a finite rate ≥ 0", t.Name, t.Rate)
+		}
+		p.Rate += t.Rate
+		weights[i] = t.Rate
+	}
+	if p.Rate <= 0 {
+		return nil, fmt.Errorf("load: the tenants offer nothing: their rates add up to 0")
+	}
+	b, err := p.newBuilt()
+	if err != nil {
+		return nil, err
+	}
+	b.Tenants = make([]Tenant, len(ts))
+	for i, t := range ts {
+		if _, dup := b.index[t.Name]; dup {
+			return nil, fmt.Errorf("load: tenant %q is listed twice", t.Name)
+		}
+		b.Tenants[i] = Tenant{Name: t.Name, Tier: t.Tier, Rank: i + 1, Rate: t.Rate, keys: make([]string, p.KeysPerTenant)}
+		for k := range b.Tenants[i].keys {
+			b.Tenants[i].keys[k] = fmt.Sprintf("%s-key-%d", t.Name, k)
+		}
+		b.index[t.Name] = i
+	}
+	for _, s := range p.Spikes {
+		if _, ok := b.index[s.Tenant]; !ok || s.Rate < 0 || s.To < s.From {
+			return nil, fmt.Errorf("load: spike of %s: rate %g from %s to %s (a listed tenant, rate ≥ 0, from ≤ to)", s.Tenant, s.Rate, s.From, s.To)
+		}
+	}
+	b.tenant = newAlias(weights)
 	return b, nil
 }
 

@@ -230,3 +230,28 @@ func isEmptyDoc(raw []byte) bool {
 	var v any
 	return yaml.Unmarshal(raw, &v) == nil && v == nil
 }
+
+// LoadPath compiles the quota objects at path: a directory (LoadDir) or
+// one file of them (what `quotactl diff` and `simulate` accept).
+func LoadPath(path string) (*Policy, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		return LoadDir(path)
+	}
+	data, err := readFile(os.DirFS(filepath.Dir(path)), filepath.Base(path))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Dir(path), err)
+	}
+	objs, err := DecodeYAML(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	p, err := compileAll(objs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
