@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
@@ -130,6 +131,13 @@ type loadWindowCounts struct {
 	hotTokens, hotDenied, admitted, denied atomic.Int64
 }
 
+// admission is one admitted request of the hot tenant: when its answer
+// came and its tokens.
+type admission struct {
+	at     time.Time
+	tokens int64
+}
+
 // loadRun is a running load and what it got.
 type loadRun struct {
 	cfg   loadConfig
@@ -142,13 +150,15 @@ type loadRun struct {
 	hotLast  atomic.Int64          // ns after begin of the last hot answer
 
 	mu     sync.Mutex
-	failed map[string]int // requests without an answer (transport errors), by enforcer
-	bad    map[string]int // answers neither 200 nor 429 (5xx among them), by enforcer and status
-	served map[string]int // answers, by enforcer
+	hotLog map[string][]admission // the hot tenant's admissions, by enforcer
+	failed map[string]int         // requests without an answer (transport errors), by enforcer
+	bad    map[string]int         // answers neither 200 nor 429 (5xx among them), by enforcer and status
+	served map[string]int         // answers, by enforcer
 }
 
 func startLoad(cfg loadConfig) *loadRun {
 	l := &loadRun{cfg: cfg, begin: time.Now(), stopc: make(chan struct{}),
+		hotLog: map[string][]admission{},
 		failed: map[string]int{}, bad: map[string]int{}, served: map[string]int{}}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var seq atomic.Int64
@@ -189,6 +199,9 @@ func startLoad(cfg loadConfig) *loadRun {
 				switch {
 				case resp.StatusCode == http.StatusOK && hot:
 					w.hotTokens.Add(int64(units))
+					l.mu.Lock()
+					l.hotLog[e.id] = append(l.hotLog[e.id], admission{time.Now(), int64(units)})
+					l.mu.Unlock()
 				case resp.StatusCode == http.StatusOK:
 					w.admitted.Add(1)
 				case resp.StatusCode == http.StatusTooManyRequests && hot:
@@ -470,7 +483,13 @@ func TestKillReconciledEnforcer(t *testing.T) {
 	steady := faultSeconds(t)
 	bin := build(t, "enforcer")["enforcer"]
 	r := redistest.Start(t)
-	nodes, procs := faultEnforcers(t, bin, 3, "kill", faultPlane(t, "local-reconciled", fmt.Sprintf("{rate: %d, burst: %d}", rate, burst)), "local-reconciled", r.Addr)
+	dir := faultPlane(t, "local-reconciled", fmt.Sprintf("{rate: %d, burst: %d}", rate, burst))
+	nodes, procs := faultEnforcers(t, bin, 3, "kill", dir, "local-reconciled", r.Addr)
+	p, err := policy.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconciles := keyspace.PlanePrefix(p.ID()).Reconcile()
 
 	// 500 requests a second, 250 of them the hot tenant's at 6 units:
 	// 1,500 tokens a second, 1.5x its limit; round robin over the live.
@@ -485,12 +504,24 @@ func TestKillReconciledEnforcer(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := load.since()
+	// Its last push, as Redis recorded it (µs of Redis TIME, the clock of
+	// this machine), read before its liveness expires and it is forgotten.
+	lastPush, err := r.Client().HGet(context.Background(), reconciles, "t:"+nodes[2].id).Int64()
+	if err != nil {
+		t.Fatalf("the killed node's last push: %v", err)
+	}
 	time.Sleep(steady + 4*time.Second)
 	load.stop()
+	unreconciled := load.hotAfter(nodes[2], time.UnixMicro(lastPush))
 
 	load.logWindows(t, load.since())
 	failed, bad := load.faults()
-	t.Logf("killed %s at %s; requests it was answering when killed, lost: %d", nodes[2].id, killed.Round(time.Millisecond), failed[nodes[2].id])
+	share := rate * interval.Seconds() / 3
+	t.Logf("killed %s at %s; requests it was answering when killed, lost: %d; hot tokens it admitted after its last push (lost to the fleet's count): %d (one reconcile interval of its third of the rate: %.0f)",
+		nodes[2].id, killed.Round(time.Millisecond), failed[nodes[2].id], unreconciled, share)
+	if float64(unreconciled) > 2*share {
+		t.Errorf("the killed node admitted %d tokens after its last push; want at most two reconcile intervals of its share, %.0f", unreconciled, 2*share)
+	}
 	delete(failed, nodes[2].id)
 	if len(failed) != 0 || len(bad) != 0 {
 		t.Errorf("survivors: requests without an answer %v, answers neither 200 nor 429 %v; want none", failed, bad)
@@ -588,6 +619,19 @@ func TestKillSIGTERMDrainsUnderLoad(t *testing.T) {
 	if servedBy(load, nodes[1]) == servedBefore {
 		t.Errorf("%s answered nothing after SIGTERM: the drain was not exercised", nodes[1].id)
 	}
+}
+
+// hotAfter sums the hot tenant's tokens e admitted with answers after t.
+func (l *loadRun) hotAfter(e *enforcerNode, t time.Time) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, a := range l.hotLog[e.id] {
+		if a.at.After(t) {
+			n += a.tokens
+		}
+	}
+	return n
 }
 
 func servedBy(l *loadRun, e *enforcerNode) int {
