@@ -396,6 +396,7 @@ func failover(t *testing.T, bin, mode string) {
 	// 800 requests a second, 200 of them the hot tenant's (4x its limit).
 	load := startLoad(loadConfig{workers: 8, hotEvery: 4, hotUnits: 1, route: func(n int) *enforcerNode { return nodes[n%2] }})
 	watch := watchDegraded(t, load.begin, nodes)
+	logged := logLines(procs)
 	time.Sleep(steady + time.Second)
 
 	scriptsBefore := primary.InfoCount("commandstats", "cmdstat_evalsha")
@@ -412,6 +413,7 @@ func failover(t *testing.T, bin, mode string) {
 	load.stop()
 	watch.stop()
 
+	logRate(t, procs, logged, load.since())
 	readonly := primary.InfoCount("errorstats", "errorstat_READONLY")
 	noscript := replica.InfoCount("errorstats", "errorstat_NOSCRIPT")
 	load.logWindows(t, load.since())
@@ -498,6 +500,7 @@ func TestKillReconciledEnforcer(t *testing.T) {
 	load := startLoad(loadConfig{workers: 5, hotEvery: 2, hotUnits: 6, route: func(n int) *enforcerNode {
 		return nodes[n%int(live.Load())]
 	}})
+	logged := logLines(procs)
 	time.Sleep(steady + 3*time.Second)
 	live.Store(2) // nodes[2] leaves the rotation
 	if err := procs[2].cmd.Process.Kill(); err != nil {
@@ -513,6 +516,7 @@ func TestKillReconciledEnforcer(t *testing.T) {
 	time.Sleep(steady + 4*time.Second)
 	load.stop()
 	unreconciled := load.hotAfter(nodes[2], time.UnixMicro(lastPush))
+	logRate(t, procs[:2], logged[:2], load.since())
 
 	load.logWindows(t, load.since())
 	failed, bad := load.faults()
@@ -627,6 +631,23 @@ func TestKillSIGTERMDrainsUnderLoad(t *testing.T) {
 	}
 	if servedBy(load, nodes[1]) == servedBefore {
 		t.Errorf("%s answered nothing after SIGTERM: the drain was not exercised", nodes[1].id)
+	}
+}
+
+// logLines counts the lines each process logged so far.
+func logLines(procs []*process) []int {
+	n := make([]int, len(procs))
+	for i, p := range procs {
+		n[i] = strings.Count(p.output(), "\n")
+	}
+	return n
+}
+
+// logRate logs how many lines each process logged since logLines gave
+// before, over d.
+func logRate(t *testing.T, procs []*process, before []int, d time.Duration) {
+	for i, n := range logLines(procs) {
+		t.Logf("enforcer %d logged %d lines in %s of load (%.2f a second)", i, n-before[i], d.Round(time.Millisecond), float64(n-before[i])/d.Seconds())
 	}
 }
 
