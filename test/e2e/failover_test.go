@@ -409,7 +409,7 @@ func failover(t *testing.T, bin, mode string) {
 	time.Sleep(readOnly)
 	addr.MoveTo(replica.Addr)
 	moved := load.since()
-	time.Sleep(steady + 3*time.Second)
+	time.Sleep(steady + 2*time.Second)
 	load.stop()
 	watch.stop()
 
@@ -464,8 +464,17 @@ func failover(t *testing.T, bin, mode string) {
 	}
 }
 
-// TestKillReconciledEnforcer SIGKILLs one of three local-reconciled
-// enforcers under HTTP load. What it admitted since its last reconcile
+// TestKill stops an enforcer under HTTP load: SIGKILL (killReconciled)
+// and SIGTERM (termDrains).
+func TestKill(t *testing.T) {
+	skipFaults(t)
+	bin := build(t, "enforcer")["enforcer"]
+	t.Run("SIGKILL", func(t *testing.T) { killReconciled(t, bin) })
+	t.Run("SIGTERM", func(t *testing.T) { termDrains(t, bin) })
+}
+
+// killReconciled SIGKILLs one of three local-reconciled enforcers under
+// HTTP load. What it admitted since its last reconcile
 // never reaches Redis: the fleet over-admits by at most about one
 // reconcile interval of its share. Its clients move to the survivors at
 // once (a Service drops a killed pod's endpoint); its share of the hot
@@ -476,14 +485,12 @@ func failover(t *testing.T, bin, mode string) {
 // (1.5x its limit) gets at most rate × time + burst + rate × one reconcile
 // interval; the survivors admit it at 90 % of its rate again within 3 s
 // of the kill.
-func TestKillReconciledEnforcer(t *testing.T) {
-	skipFaults(t)
+func killReconciled(t *testing.T, bin string) {
 	const (
 		rate, burst = 1000, 200
 		interval    = 200 * time.Millisecond // faultPlane's reconcileInterval
 	)
 	steady := faultSeconds(t)
-	bin := build(t, "enforcer")["enforcer"]
 	r := redistest.Start(t)
 	dir := faultPlane(t, "local-reconciled", fmt.Sprintf("{rate: %d, burst: %d}", rate, burst))
 	nodes, procs := faultEnforcers(t, bin, 3, "kill", dir, "local-reconciled", r.Addr)
@@ -568,15 +575,13 @@ func TestKillReconciledEnforcer(t *testing.T) {
 	}
 }
 
-// TestKillSIGTERMDrainsUnderLoad SIGTERMs one of two local-reconciled
+// termDrains SIGTERMs one of two local-reconciled
 // enforcers under HTTP load, with a client that routes as a Service does:
 // to the enforcers whose /readyz answers 200, checked every 100 ms. The
 // enforcer fails readiness at once, keeps answering for its drain (1 s)
 // while the client still sends to it, then exits 0. No request is left
 // unanswered and none gets a 5xx.
-func TestKillSIGTERMDrainsUnderLoad(t *testing.T) {
-	skipFaults(t)
-	bin := build(t, "enforcer")["enforcer"]
+func termDrains(t *testing.T, bin string) {
 	r := redistest.Start(t)
 	nodes, procs := faultEnforcers(t, bin, 2, "term", faultPlane(t, "local-reconciled", "{rate: 50, burst: 100}"), "local-reconciled", r.Addr, "-drain", "1s")
 
