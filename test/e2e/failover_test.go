@@ -148,6 +148,7 @@ type loadRun struct {
 	windows  [240]loadWindowCounts // 60 s
 	hotFirst atomic.Int64          // ns after begin of the first hot request sent, +1
 	hotLast  atomic.Int64          // ns after begin of the last hot answer
+	slowest  atomic.Int64          // ns: the longest wait for an answer
 
 	mu     sync.Mutex
 	hotLog map[string][]admission // the hot tenant's admissions, by enforcer
@@ -187,7 +188,11 @@ func startLoad(cfg loadConfig) *loadRun {
 				req.Header.Set("X-Tenant", tenant)
 				req.Header.Set("X-Api-Key", tenant+"-key")
 				req.Header.Set("X-Quota-Units", strconv.Itoa(units))
+				sent := time.Now()
 				resp, err := client.Do(req)
+				took := int64(time.Since(sent))
+				for old := l.slowest.Load(); took > old && !l.slowest.CompareAndSwap(old, took); old = l.slowest.Load() {
+				}
 				at := time.Since(l.begin)
 				w := &l.windows[min(int(at/loadWindow), len(l.windows)-1)]
 				if err != nil {
@@ -423,6 +428,7 @@ func failover(t *testing.T, bin, mode string) {
 		lost, splitBrain, readonly, noscript)
 
 	failed, bad := load.faults()
+	t.Logf("slowest answer: %s (the client gives up after 2 s)", time.Duration(load.slowest.Load()).Round(time.Millisecond))
 	if len(failed) != 0 || len(bad) != 0 {
 		t.Errorf("requests without an answer %v, answers neither 200 nor 429 %v; want none", failed, bad)
 	}
@@ -534,6 +540,7 @@ func killReconciled(t *testing.T, bin string) {
 		t.Errorf("the killed node admitted %d tokens after its last push; want at most two reconcile intervals of its share, %.0f", unreconciled, 2*share)
 	}
 	delete(failed, nodes[2].id)
+	t.Logf("slowest answer: %s (the client gives up after 2 s)", time.Duration(load.slowest.Load()).Round(time.Millisecond))
 	if len(failed) != 0 || len(bad) != 0 {
 		t.Errorf("survivors: requests without an answer %v, answers neither 200 nor 429 %v; want none", failed, bad)
 	}
