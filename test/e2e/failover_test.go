@@ -490,10 +490,13 @@ func TestKill(t *testing.T) {
 // tenant's limit stays counted until its liveness expires (three
 // reconcile intervals), and then goes to the survivors.
 //
-// Bounds: the survivors fail no request and answer no 5xx; the hot tenant
-// (1.5x its limit) gets at most rate × time + burst + rate × one reconcile
-// interval; the survivors admit it at 90 % of its rate again within 3 s
-// of the kill.
+// Bounds: what it admitted after its last push (Redis records the push's
+// time) is at most two reconcile intervals of its third of the limit; the
+// survivors fail no request and answer no 5xx; the hot tenant (1.5x its
+// limit) gets at most rate × time + burst + rate × one reconcile interval;
+// within 3 s of the kill the survivors count the node out
+// (quotaplane_enforcer_fleet_nodes) and admit the hot tenant at 90 % of
+// what it asks up to its rate, and go on so.
 func killReconciled(t *testing.T, bin string) {
 	const (
 		rate, burst = 1000, 200
