@@ -23,6 +23,7 @@ const syncTimeout = 20 * time.Second
 // killed when the test ends.
 func StartReplica(t testing.TB, primary *Server, extra ...string) *Server {
 	t.Helper()
+	primary.syncAtOnce()
 	args := []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}
 	if primary.Password != "" {
 		args = append(args, "--masterauth", primary.Password, "--requirepass", primary.Password)
@@ -49,6 +50,7 @@ func (s *Server) Promote() {
 func (s *Server) ReplicaOf(primary *Server) {
 	s.t.Helper()
 	ctx := context.Background()
+	primary.syncAtOnce()
 	c := s.Client()
 	if primary.Password != "" {
 		if err := c.ConfigSet(ctx, "masterauth", primary.Password).Err(); err != nil {
@@ -57,6 +59,15 @@ func (s *Server) ReplicaOf(primary *Server) {
 	}
 	if err := c.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(primary.port)).Err(); err != nil {
 		s.t.Fatalf("REPLICAOF %s on %s: %v", primary.Addr, s.Addr, err)
+	}
+}
+
+// syncAtOnce makes s send a full sync to a replica at once rather than
+// after the 5 s Redis waits by default for more replicas to share it.
+func (s *Server) syncAtOnce() {
+	s.t.Helper()
+	if err := s.Client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
+		s.t.Fatalf("CONFIG SET repl-diskless-sync-delay on %s: %v", s.Addr, err)
 	}
 }
 
