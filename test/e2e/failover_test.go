@@ -294,6 +294,10 @@ type degradedWatch struct {
 // to is when it was first seen back (0: it never was).
 type episode struct{ from, to time.Duration }
 
+func (e episode) String() string {
+	return e.from.Round(time.Millisecond).String() + "–" + e.to.Round(time.Millisecond).String()
+}
+
 func watchDegraded(t *testing.T, begin time.Time, nodes []*enforcerNode) *degradedWatch {
 	d := &degradedWatch{begin: begin, stopc: make(chan struct{}), episodes: map[string][]episode{}}
 	for _, e := range nodes {
