@@ -4,7 +4,9 @@
 // server Debian ships (`make test` installs it when it is missing).
 //
 // A server can be stopped and started again on the same port (a restart, or
-// an outage of a chosen length) while clients keep their address.
+// an outage of a chosen length) while clients keep their address. A server
+// can have a replica and be failed over to it (replica.go), with clients on
+// a Forwarder, the address that moves to the new primary (forward.go).
 package redistest
 
 import (
