@@ -20,10 +20,11 @@ import "strings"
 // any other administrative command. Operators' tools that list planes
 // (quotactl status, which SCANs) run as another user.
 
-// connection are the commands every client sends: go-redis's handshake
-// (HELLO and AUTH are always allowed; CLIENT SETINFO names the library),
-// PING (the manager's readiness, pub/sub health checks) and transactions.
-var connection = []string{"+ping", "+client|setinfo", "+multi", "+exec", "+discard"}
+// connection are the commands every client sends besides go-redis's
+// handshake (HELLO and AUTH are always allowed; pkg/redisconn turns CLIENT
+// SETINFO off): PING (the manager's readiness, pub/sub health checks) and
+// transactions.
+var connection = []string{"+ping", "+multi", "+exec", "+discard"}
 
 // scriptCommands call the embedded scripts by SHA and load them after
 // NOSCRIPT (pkg/lua Script.Run).
@@ -40,11 +41,12 @@ func EnforcerACL(planes string) []string {
 	rules = append(rules, connection...)
 	rules = append(rules, scriptCommands...)
 	rules = append(rules,
-		// called by the scripts
+		// called by the scripts, and on their own (a node leaving the
+		// live set, dropping its reconcile fields, its reports)
 		"+time", "+get", "+set", "+del", "+incrby", "+pexpire",
 		"+hget", "+hmget", "+hset", "+hdel", "+hgetall", "+hkeys",
 		"+rpush", "+lrange", "+lrem", "+ltrim",
-		"+zadd", "+zcard", "+zrange", "+zrangebyscore", "+zremrangebyscore",
+		"+zadd", "+zcard", "+zrem", "+zrange", "+zrangebyscore", "+zremrangebyscore",
 		// the policy store: read and follow
 		"+subscribe", "+unsubscribe",
 	)
@@ -55,7 +57,7 @@ func EnforcerACL(planes string) []string {
 		}
 		rules = append(rules,
 			"~"+p+"enforcers", "~"+p+"enforcers:state", // its reports
-			"%R~"+p+"upstream:plan",                    // the leader's plan
+			"%R~"+p+"upstream:plan", // the leader's plan
 			"~"+p+"upstream:nodes", "~"+p+"upstream:*:demand", "~"+p+"upstream:*:reports", "~"+p+"upstream:usage:*",
 			"%R~"+p+"policy", "&"+p+"policy", // the policy store: read, subscribe
 		)

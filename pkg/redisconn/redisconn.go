@@ -39,7 +39,7 @@ import (
 type Flags struct {
 	Addr, Username, passwordFile *string
 
-	tls                                     *bool
+	tls                                      *bool
 	caFile, certFile, keyFile, tlsServerName *string
 }
 
@@ -92,7 +92,9 @@ func (f *Flags) Options() (*redis.Options, error) {
 		}
 		password = strings.TrimRight(string(b), "\r\n")
 	}
-	opts := &redis.Options{Addr: addr, Username: *f.Username, Password: password, ContextTimeoutEnabled: true}
+	// DisableIdentity: no CLIENT SETINFO on connect, a command Redis
+	// before 7.2 does not know and the components' ACL users need not run.
+	opts := &redis.Options{Addr: addr, Username: *f.Username, Password: password, ContextTimeoutEnabled: true, DisableIdentity: true}
 	wantTLS := f.wantsTLS(scheme)
 	if wantTLS && scheme == "redis" {
 		return nil, fmt.Errorf("-redis-addr %s is plain text (redis://) but TLS is asked for (-redis-tls or a -redis-*-file of TLS): use rediss://", *f.Addr)
