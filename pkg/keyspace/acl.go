@@ -9,12 +9,13 @@ import "strings"
 // enforcer in every mode and the manager's publisher against a Redis with
 // exactly these users and find no denial in ACL LOG.
 //
-// Scripts run with their caller's rights: every command a script calls and
-// every key it touches is checked against the calling user. So the enforcer
-// user, which may call any script by SHA, still cannot write the policy
-// store (its rights there are read-only, and PUBLISH is not among its
-// commands), and the manager user cannot run a decision script (the decision
-// keys are not its).
+// Scripts run with their caller's rights: the keys an EVALSHA declares are
+// checked for reading and writing before the script runs, and every command
+// a script calls and every key it touches is checked against the calling
+// user. So the enforcer user, which may call any script by SHA, still
+// cannot write the policy store (its rights there are read-only, and
+// PUBLISH is not among its commands), and the manager user cannot run a
+// decision script (the decision keys are not its).
 //
 // Neither user may run KEYS, SCAN, FLUSH*, CONFIG, DEBUG, MONITOR, ACL or
 // any other administrative command. Operators' tools that list planes
@@ -57,8 +58,10 @@ func EnforcerACL(planes string) []string {
 		}
 		rules = append(rules,
 			"~"+p+"enforcers", "~"+p+"enforcers:state", // its reports
-			"%R~"+p+"upstream:plan", // the leader's plan
-			"~"+p+"upstream:nodes", "~"+p+"upstream:*:demand", "~"+p+"upstream:*:reports", "~"+p+"upstream:usage:*",
+			// The upstream exchange. upstream.lua only reads the leader's
+			// plan, but Redis checks a script's declared keys for writing:
+			// the enforcer may write the plan (docs/security.md).
+			"~"+p+"upstream:plan", "~"+p+"upstream:nodes", "~"+p+"upstream:*:demand", "~"+p+"upstream:*:reports", "~"+p+"upstream:usage:*",
 			"%R~"+p+"policy", "&"+p+"policy", // the policy store: read, subscribe
 		)
 	}
@@ -78,7 +81,7 @@ func ManagerACL(planes string) []string {
 		// publish.lua
 		"+hget", "+hset", "+hdel", "+hkeys", "+publish",
 		// the store's reads, the fleet's reports, the upstream plan
-		"+hmget", "+hgetall", "+time", "+pexpire", "+del", "+lpop", "+mget",
+		"+hmget", "+hgetall", "+time", "+hincrby", "+pexpire", "+del", "+lpop", "+mget",
 	)
 	for _, tag := range tags(planes) {
 		p := "qp:{" + tag + "}:"

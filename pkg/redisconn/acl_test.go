@@ -18,12 +18,14 @@ import (
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/keyspace"
+	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redisconn"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/reload"
 	"github.com/quotaplane/quotaplane/pkg/store"
+	"github.com/quotaplane/quotaplane/pkg/upstream"
 )
 
 const (
@@ -305,7 +307,6 @@ func TestACLNegative(t *testing.T) {
 		"HSET policy":              enf.HSet(ctx, keyspace.Policy(plane), "current", "99").Err(),
 		"DEL policy":               enf.Del(ctx, keyspace.Policy(plane)).Err(),
 		"PUBLISH notice":           enf.Publish(ctx, keyspace.Policy(plane), "99").Err(),
-		"SET upstream plan":        enf.HSet(ctx, keyspace.UpstreamPlan(plane), "body", "{}").Err(),
 		"KEYS":                     enf.Keys(ctx, "*").Err(),
 		"FLUSHALL":                 enf.FlushAll(ctx).Err(),
 		"CONFIG SET":               enf.ConfigSet(ctx, "maxmemory", "1").Err(),
@@ -342,5 +343,54 @@ func TestACLNegative(t *testing.T) {
 	}
 	if !scriptDenied {
 		t.Errorf("no denial of the manager user's decision script in ACL LOG:\n%s", strings.Join(aclLog(t, admin), "\n"))
+	}
+}
+
+// TestACLUpstream: the upstream pipeline under the same users: the
+// manager's leader publishes a plan, drains reports and reads usage and
+// the gate nodes; the enforcer exchanges (upstream.lua) and forwards its
+// reports and usage, as pkg/enforcer does. Redis denies nothing.
+func TestACLUpstream(t *testing.T) {
+	admin, enf, mgr := aclServer(t)
+	ctx := context.Background()
+	const plane = "team/edge"
+
+	plan := &upstream.Plan{Plane: plane, Interval: time.Second}
+	if err := upstream.PublishPlan(ctx, mgr, plan); err != nil {
+		t.Fatalf("the manager publishes a plan: %v", err)
+	}
+	if got, err := upstream.ReadPlan(ctx, enf, plane); err != nil || got == nil {
+		t.Fatalf("the enforcer reads the plan: %v, %v", got, err)
+	}
+	keys := []string{upstream.PlanKey(plane), upstream.NodesKey(plane), upstream.DemandKey(plane, "payments")}
+	if err := lua.Upstream.Run(ctx, enf, keys, "", "node-1", "3000", "1 2 3 4 5").Err(); err != nil {
+		t.Fatalf("the enforcer's exchange: %v", err)
+	}
+	_, err := enf.Pipelined(ctx, func(pipe redis.Pipeliner) error { // as pkg/enforcer flushReports
+		pipe.Set(ctx, upstream.UsageKey(plane, "node-1"), "{}", 3*upstream.UsageInterval)
+		key := upstream.ReportsKey(plane, "payments")
+		pipe.RPush(ctx, key, "{}")
+		pipe.LTrim(ctx, key, -upstream.MaxReports, -1)
+		pipe.PExpire(ctx, key, upstream.PlanTTL)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the enforcer's reports: %v", err)
+	}
+	// The leader's reads (pkg/upstream leader.go), and its removal of the plan.
+	if err := mgr.LPopCount(ctx, upstream.ReportsKey(plane, "payments"), upstream.MaxReports).Err(); err != nil {
+		t.Fatalf("the manager drains reports: %v", err)
+	}
+	if err := mgr.HKeys(ctx, upstream.NodesKey(plane)).Err(); err != nil {
+		t.Fatalf("the manager reads the gate nodes: %v", err)
+	}
+	if err := mgr.MGet(ctx, upstream.UsageKey(plane, "node-1")).Err(); err != nil {
+		t.Fatalf("the manager reads usage: %v", err)
+	}
+	if err := mgr.Del(ctx, upstream.PlanKey(plane)).Err(); err != nil {
+		t.Fatalf("the manager removes the plan: %v", err)
+	}
+	if denied := aclLog(t, admin); len(denied) > 0 {
+		t.Errorf("Redis denied the components' users:\n%s", strings.Join(denied, "\n"))
 	}
 }
