@@ -5,7 +5,7 @@ import "strings"
 // The Redis ACL users of a quota plane's components, with only the commands
 // and keys each needs: the one place that states them. The trial Redis's
 // manifests (config/redis, the Helm chart's files/) carry these rules,
-// checked by config/redis_acl_test.go; the tests of pkg/redisconn run the
+// checked by config/trust_test.go; the tests of pkg/redisconn run the
 // enforcer in every mode and the manager's publisher against a Redis with
 // exactly these users and find no denial in ACL LOG.
 //
