@@ -394,3 +394,34 @@ func TestACLUpstream(t *testing.T) {
 		t.Errorf("Redis denied the components' users:\n%s", strings.Join(denied, "\n"))
 	}
 }
+
+// TestACLOnePlane: an enforcer user scoped to one plane reaches that
+// plane's keys and its shards', and none of another plane's.
+func TestACLOnePlane(t *testing.T) {
+	srv := redistest.Start(t, "--requirepass", "admin-password")
+	admin := srv.Client()
+	ctx := context.Background()
+	args := append([]any{"ACL", "SETUSER", enforcerUser, "reset", "on", ">" + enforcerPassword}, toAny(keyspace.EnforcerACL("team/a"))...)
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	enf := client(t, "-redis-addr", srv.Addr, "-redis-username", enforcerUser, "-redis-password-file", secretFile(t, enforcerPassword))
+	for _, key := range []string{keyspace.PlanePrefix("team/a").Global(), keyspace.ShardPrefix("team/a", 1).Global()} {
+		if err := enf.Set(ctx, key, "1", 0).Err(); err != nil {
+			t.Errorf("its own plane's %s: %v", key, err)
+		}
+	}
+	if err := enf.HGet(ctx, keyspace.Policy("team/a"), "current").Err(); err != nil && err != redis.Nil {
+		t.Errorf("its own plane's policy: %v", err)
+	}
+	for name, err := range map[string]error{
+		"another plane's bucket": enf.Set(ctx, keyspace.PlanePrefix("team/b").Global(), "1", 0).Err(),
+		"another plane's shard":  enf.Set(ctx, keyspace.ShardPrefix("team/b", 1).Global(), "1", 0).Err(),
+		"a plane named after it": enf.Set(ctx, keyspace.PlanePrefix("team/ab").Global(), "1", 0).Err(),
+		"another plane's policy": enf.HGet(ctx, keyspace.Policy("team/b"), "current").Err(),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%s: got %v, want NOPERM", name, err)
+		}
+	}
+}
