@@ -1,8 +1,10 @@
 // Package reload keeps an engine on the newest good policy from its source:
 // a directory of quota YAML files (the enforcer's file mode, or a mounted
 // ConfigMap) or the policy store in Redis. Every load is validated in full
-// (the same Compile or Decode as everywhere); a bad one is counted and
-// logged and the last good policy stays in force; a good one is swapped in
+// (the same Compile or Decode as everywhere; from a store with a verifier,
+// its signature first); a bad one is counted (result "error", or
+// "unverified" for a signature that does not verify) and logged and the
+// last good policy stays in force; a good one is swapped in
 // atomically by the engine, which carries the state of every tenant,
 // endpoint and key that still exists.
 package reload
