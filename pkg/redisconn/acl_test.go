@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,8 +180,10 @@ func TestACLUsers(t *testing.T) {
 	defer engine.Close()
 	loads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loads"}, []string{"result"})
 	loader := reload.New(engine, central, loads, log, first)
-	go func() { _ = loader.WatchStore(ctx, follower) }()
-	go loader.Report(ctx, follower, func() int64 { return 0 }, 50*time.Millisecond)
+	// The watch and the reports log into logs: read it once they end.
+	var watching sync.WaitGroup
+	watching.Go(func() { _ = loader.WatchStore(ctx, follower) })
+	watching.Go(func() { loader.Report(ctx, follower, func() int64 { return 0 }, 50*time.Millisecond) })
 
 	decide := func(e *enforcer.Engine) {
 		t.Helper()
@@ -273,6 +276,7 @@ spec:
 	shardedEngine.Close()
 	local.Close()
 	cancel()
+	watching.Wait()
 
 	if denied := aclLog(t, admin); len(denied) > 0 {
 		t.Errorf("Redis denied the components' users:\n%s", strings.Join(denied, "\n"))
