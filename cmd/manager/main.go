@@ -52,6 +52,9 @@ func run() error {
 		probeAddr   = flag.String("health-probe-bind-address", envflag.String("QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS", ":8081"), "where /healthz and /readyz listen [QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS]")
 		leaderElect = flag.Bool("leader-elect", envflag.Bool("QUOTAPLANE_LEADER_ELECT", false), "elect one active manager among replicas (a Lease) [QUOTAPLANE_LEADER_ELECT]")
 		leaderNS    = flag.String("leader-election-namespace", envflag.String("QUOTAPLANE_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader Lease (default: the pod's own) [QUOTAPLANE_LEADER_ELECTION_NAMESPACE]")
+		leaseFor    = flag.Duration("leader-lease-duration", envflag.Duration("QUOTAPLANE_LEADER_LEASE_DURATION", 15*time.Second), "how long a standby waits after the leader's last renewal before it takes over: a killed leader's edits wait this long [QUOTAPLANE_LEADER_LEASE_DURATION]")
+		renewBy     = flag.Duration("leader-renew-deadline", envflag.Duration("QUOTAPLANE_LEADER_RENEW_DEADLINE", 10*time.Second), "how long the leader keeps trying to renew before it gives up leading; below the lease duration [QUOTAPLANE_LEADER_RENEW_DEADLINE]")
+		retryEvery  = flag.Duration("leader-retry-period", envflag.Duration("QUOTAPLANE_LEADER_RETRY_PERIOD", 2*time.Second), "how often the leader renews and standbys try to take over [QUOTAPLANE_LEADER_RETRY_PERIOD]")
 		fleetEvery  = flag.Duration("fleet-interval", envflag.Duration("QUOTAPLANE_FLEET_INTERVAL", 5*time.Second), "how often enforcer reports are read and fleets resized [QUOTAPLANE_FLEET_INTERVAL]")
 		scaleDown   = flag.Duration("scale-down-delay", envflag.Duration("QUOTAPLANE_SCALE_DOWN_DELAY", 5*time.Minute), "how long a lower replica count must be wanted before a fleet shrinks [QUOTAPLANE_SCALE_DOWN_DELAY]")
 		resync      = flag.Duration("resync-interval", envflag.Duration("QUOTAPLANE_RESYNC_INTERVAL", 10*time.Second), "how often every plane is compiled and published again, so that a Redis that lost its data gets it back [QUOTAPLANE_RESYNC_INTERVAL]")
@@ -99,6 +102,9 @@ func run() error {
 		LeaderElectionID:              "quotaplane-manager.quotaplane.io",
 		LeaderElectionNamespace:       *leaderNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 leaseFor,
+		RenewDeadline:                 renewBy,
+		RetryPeriod:                   retryEvery,
 	})
 	if err != nil {
 		return fmt.Errorf("create the manager: %w", err)

@@ -725,8 +725,8 @@ func servedBy(l *loadRun, e *enforcerNode) int {
 // -9 in the middle of the stream (a publish in flight or about to be).
 //
 // Bounds: the other manager takes over and publishes within the lease
-// duration (15 s, controller-runtime's default, which the manager uses) +
-// two retry periods with client-go's jitter (2 s × 2.2 each) + 1 s, 24.8 s;
+// duration (4 s here: -leader-lease-duration, 15 s by default) + two retry
+// periods with client-go's jitter (500 ms × 2.2 each) + 1 s, 7.2 s;
 // the final published policy is Compile of
 // the final objects (no edit lost); versions only grow, and neither a
 // watcher of the store nor the enforcers ever read a policy that does not
@@ -745,6 +745,7 @@ func TestHandoverUnderEdits(t *testing.T) {
 		managers = append(managers, start(t, bins["manager"], nil,
 			"-kubeconfig", configPath, "-redis-addr", r.Addr,
 			"-leader-elect", "-leader-election-namespace", "default",
+			"-leader-lease-duration", "4s", "-leader-renew-deadline", "3s", "-leader-retry-period", "500ms",
 			"-metrics-bind-address", "0", "-health-probe-bind-address", "127.0.0.1:"+freePort(t),
 			"-fleet-interval", "200ms"))
 	}
@@ -890,10 +891,11 @@ func TestHandoverUnderEdits(t *testing.T) {
 	}
 	t.Logf("leader killed -9 at version %d after 20 of 60 edits (the stream ended %s after the kill); the new leader's first version, %d, was read %s after the kill; final version %d holds the last edit; %d versions delivered",
 		versionAtKill, edited.Sub(killed).Round(time.Millisecond), first, takeover.Round(time.Millisecond), p.Version(), len(deliveries))
-	// client-go's elector counts the lease from when it last saw the
-	// record change, and tries every retry period (2 s) with a jitter of
-	// up to 1.2 of it: the lease, two jittered retries, and 1 s to publish.
-	if limit := 15*time.Second + 2*(2*time.Second*22/10) + time.Second; takeover > limit {
+	// client-go's elector counts the lease (4 s here,
+	// -leader-lease-duration) from when it last saw the record change, and
+	// tries every retry period (500 ms) with a jitter of up to 1.2 of it:
+	// the lease, two jittered retries, and 1 s to publish.
+	if limit := 4*time.Second + 2*(500*time.Millisecond*22/10) + time.Second; takeover > limit {
 		t.Errorf("the new leader published %s after the kill; want within %s (lease + two jittered retry periods + 1 s)", takeover, limit)
 	}
 	for _, e := range enforcers {
