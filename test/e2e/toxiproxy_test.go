@@ -227,6 +227,7 @@ const (
 	// a loaded 2-core machine: HTTP, scheduling, the race-built load.
 	// A hang (go-redis's 3 s read timeout, a stuck batch) is far beyond.
 	toxiMargin = 250 * time.Millisecond
+	toxiWindow = 500 * time.Millisecond
 )
 
 // toxiResult is one cell's measurements.
@@ -237,6 +238,8 @@ type toxiResult struct {
 	elapsed, fault                        time.Duration
 	recovery                              time.Duration // -1: not recovered
 	logLinesPerSec                        float64
+	// windows are the tokens admitted in each half second, by node.
+	windows [][]int
 }
 
 // run runs one cell: load, the fault from one second in for fault, healed,
@@ -258,6 +261,10 @@ func (f *toxiFleet) run(t *testing.T, flt toxiFault, fault, after time.Duration)
 		res       toxiResult
 	)
 	var admitted atomic.Int64
+	res.windows = make([][]int, int((time.Second+fault+after)/toxiWindow)+4)
+	for i := range res.windows {
+		res.windows[i] = make([]int, len(f.nodes))
+	}
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer client.CloseIdleConnections()
 	total := float64(len(tenants)) * toxiOffered
@@ -283,7 +290,8 @@ func (f *toxiFleet) run(t *testing.T, flt toxiFault, fault, after time.Duration)
 					mu.Unlock()
 					continue
 				}
-				tenant, node := tenants[sent%len(tenants)], f.nodes[sent/len(tenants)%len(f.nodes)]
+				tenant, n := tenants[sent%len(tenants)], sent/len(tenants)%len(f.nodes)
+				node := f.nodes[n]
 				wg.Go(func() {
 					defer func() { <-inflight }()
 					req, _ := http.NewRequest(http.MethodPost, "http://"+node.api+"/api/read", nil)
@@ -304,6 +312,7 @@ func (f *toxiFleet) run(t *testing.T, flt toxiFault, fault, after time.Duration)
 						res.serverErrors++
 					case resp.StatusCode == http.StatusOK:
 						admitted.Add(1) // read costs 1
+						res.windows[min(int(t0.Sub(begin)/toxiWindow), len(res.windows)-1)][n]++
 					}
 					resp.Body.Close()
 				})
@@ -349,23 +358,41 @@ func (f *toxiFleet) logLines() int {
 }
 
 // recovery is how long after healed every node is out of degraded
-// operation and deciding through Redis again: backend_degraded 0, and
-// between two scrapes 50 ms apart its script calls grew while its failed
-// calls and failure-mode decisions did not. -1 if that takes longer than
-// within.
+// operation and deciding through Redis again: from the heal to each
+// node's first scrape (every 25 ms) after its last one that showed it
+// degraded, or its failed calls or failure-mode decisions grown, provided
+// that for the 400 ms since (two reconcile intervals) it stayed so and its
+// script calls grew. -1 if that is not so within within.
 func (f *toxiFleet) recovery(t *testing.T, healed time.Time, within time.Duration) time.Duration {
-	last := make([]backendMetrics, len(f.nodes))
+	const poll, stable = 25 * time.Millisecond, 400 * time.Millisecond
+	type node struct {
+		last     backendMetrics
+		good     time.Time // the first scrape after the last bad one
+		goodCall float64   // its script calls then
+	}
+	nodes := make([]node, len(f.nodes))
+	for i, e := range f.nodes {
+		nodes[i].last = backendOf(t, e)
+	}
 	for time.Since(healed) < within {
-		ok := true
+		<-time.After(poll)
+		done := true
+		var recovered time.Duration
 		for i, e := range f.nodes {
-			b := backendOf(t, e)
-			ok = ok && b.degraded == 0 && b.calls > last[i].calls && b.failures == last[i].failures && b.fallbacks == last[i].fallbacks
-			last[i] = b
+			n := &nodes[i]
+			b, now := backendOf(t, e), time.Now()
+			if b.degraded != 0 || b.failures != n.last.failures || b.fallbacks != n.last.fallbacks {
+				n.good = time.Time{}
+			} else if n.good.IsZero() {
+				n.good, n.goodCall = now, b.calls
+			}
+			n.last = b
+			done = done && !n.good.IsZero() && now.Sub(n.good) >= stable && b.calls > n.goodCall
+			recovered = max(recovered, n.good.Sub(healed))
 		}
-		if ok {
-			return time.Since(healed) - 50*time.Millisecond // the first of the two scrapes
+		if done {
+			return max(recovered, 0)
 		}
-		<-time.After(50 * time.Millisecond)
 	}
 	return -1
 }
@@ -439,6 +466,13 @@ func (r toxiResult) check(t *testing.T, mode string, flt toxiFault) {
 	t.Logf("%s, %s: %d decisions in %s (fault %s), slowest %s (p99 %s), %d 5xx, %d failed, %d shed by the client; admitted %d; recovered after %s; %.1f log lines/s during the fault",
 		flt.name, mode, r.decisions, r.elapsed.Round(time.Millisecond), r.fault.Round(time.Millisecond), r.maxLatency, r.p99,
 		r.serverErrors, r.failed, r.shed, r.admitted, r.recovery, r.logLinesPerSec)
+	if testing.Verbose() {
+		var b strings.Builder
+		for i, w := range r.windows {
+			fmt.Fprintf(&b, " %s:%v", time.Duration(i)*toxiWindow, w)
+		}
+		t.Logf("admitted per %s by node:%s", toxiWindow, b.String())
+	}
 	if want := int(0.9 * toxiOffered * toxiTenants * r.elapsed.Seconds()); r.decisions < want {
 		t.Errorf("%d decisions answered; want at least %d (90 %% of those offered)", r.decisions, want)
 	}
