@@ -27,8 +27,8 @@ mkdir -p "$RESULTS"
 status=0
 QUOTAPLANE_TOXI_MATRIX=full QUOTAPLANE_TOXI_MODES="$MODES" QUOTAPLANE_TOXI_TABLE="$RESULTS/table.md" \
 	go test -count=1 -timeout 20m -run '^TestToxiproxy$' -v ./test/e2e/ >"$RESULTS/test.log" 2>&1 || status=$?
-echo "| fault | mode | decisions | slowest (p99) | 5xx / failed | admitted tokens (limit × time + burst, bound) | overage | recovery | log lines/s |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| fault | mode | decisions | slowest (p99) | 5xx / failed | admitted tokens (limit × time + burst, bound) | overage | episodes on its own | recovery | log lines/s |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 sed 's/^/| /; s/$/ |/' "$RESULTS/table.md" 2>/dev/null || true
 if [ "$status" -ne 0 ]; then
 	grep -E -- '--- FAIL|toxiproxy_test.go:[0-9]+: (admitted|the slowest|[0-9]+ (5xx|decisions))' "$RESULTS/test.log" >&2 || true

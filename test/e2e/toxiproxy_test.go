@@ -84,7 +84,7 @@ func TestToxiproxy(t *testing.T) {
 			}
 		})
 	}
-	t.Log("fault | mode | decisions | max latency | 5xx/errors | admitted (bound) | overage | recovery | log lines/s\n" + strings.Join(rows, "\n"))
+	t.Log("fault | mode | decisions | max latency | 5xx/errors | admitted (bound) | overage | episodes | recovery | log lines/s\n" + strings.Join(rows, "\n"))
 	if path := os.Getenv("QUOTAPLANE_TOXI_TABLE"); path != "" {
 		if err := os.WriteFile(path, []byte(strings.Join(rows, "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -240,6 +240,11 @@ type toxiResult struct {
 	logLinesPerSec                        float64
 	// windows are the tokens admitted in each half second, by node.
 	windows [][]int
+	// episodes counts, over the nodes, the times a node decided on its
+	// own: each time it entered degraded operation (its log line), and
+	// once for a node that made failure-mode decisions without (a call
+	// that timed out alone).
+	episodes int
 }
 
 // run runs one cell: load, the fault from one second in for fault, healed,
@@ -261,6 +266,12 @@ func (f *toxiFleet) run(t *testing.T, flt toxiFault, fault, after time.Duration)
 		res       toxiResult
 	)
 	var admitted atomic.Int64
+	logged := make([]int, len(f.procs))
+	fallbacks := make([]float64, len(f.nodes))
+	for i, p := range f.procs {
+		logged[i] = len(p.output())
+		fallbacks[i] = backendOf(t, f.nodes[i]).fallbacks
+	}
 	res.windows = make([][]int, int((time.Second+fault+after)/toxiWindow)+4)
 	for i := range res.windows {
 		res.windows[i] = make([]int, len(f.nodes))
@@ -341,6 +352,13 @@ func (f *toxiFleet) run(t *testing.T, flt toxiFault, fault, after time.Duration)
 	res.elapsed = time.Since(begin)
 	wg.Wait()
 	res.admitted = admitted.Load()
+	for i, p := range f.procs {
+		entries := strings.Count(p.output()[logged[i]:], "quota store unavailable")
+		if entries == 0 && backendOf(t, f.nodes[i]).fallbacks > fallbacks[i] {
+			entries = 1
+		}
+		res.episodes += entries
+	}
 	slices.Sort(latencies)
 	if n := len(latencies); n > 0 {
 		res.maxLatency, res.p99 = latencies[n-1], latencies[(n*99+99)/100-1]
@@ -421,30 +439,30 @@ func backendOf(t *testing.T, e *enforcerNode) backendMetrics {
 }
 
 // toxiBound is the most the fleet may admit in a cell, in tokens, summed
-// over its tenants: rate × time + burst, and what the fault's class adds
-// by design (docs/reliability.md):
+// over its tenants: rate × time + burst, and what the fault adds by
+// design (docs/reliability.md):
 //
 //   - Redis within the deadline: nothing; the limit is exact in central,
 //     within 5 % of rate × time in local-reconciled (docs/modes.md).
-//   - every node degraded (or flapping): each decides on its share, and
-//     what its local bucket lacks is debited from the fleet's when Redis
-//     is back; the fleet's bucket refilled meanwhile, up to one burst,
-//     which nobody owes: one more burst (as TestCentralOutage's bound).
-//   - one node of N cut off: the others keep the whole limit in Redis and
-//     the cut node decides on its share (1/N); what it admits beyond its
-//     own burst is not paid back (the debt is capped by what its bucket
-//     lacks), so rate × fault / N more.
+//   - each time a node decides on its own (an episode: it enters
+//     degraded operation, or a call times out alone), it may admit its
+//     share of a burst (burst / N) that is not paid back: its debt is
+//     capped by what its local bucket lacks, and the fleet's bucket
+//     refilled meanwhile. So a fleet-wide outage costs one burst, as
+//     TestCentralOutage's bound says, and so does a blip of the machine
+//     that times out every node's calls at once.
+//   - one node of N cut off while the others keep Redis: they keep the
+//     whole limit and the cut node decides on its share (1/N) until it
+//     recovers, which central does not pay back (the debt's cap, above):
+//     rate × (fault + recovery) / N more. local-reconciled pays it back.
 func toxiBound(mode string, flt toxiFault, r toxiResult, nodes int) float64 {
 	secs := r.elapsed.Seconds()
-	bound := toxiRate*secs + toxiBurst
+	bound := toxiRate*secs + toxiBurst + float64(r.episodes)*toxiBurst/float64(nodes)
 	if mode == "local-reconciled" {
 		bound += 0.05 * toxiRate * secs
 	}
-	switch flt.class {
-	case faultFleet:
-		bound += toxiBurst
-	case faultOneNode:
-		bound += toxiRate * r.fault.Seconds() / float64(nodes)
+	if flt.class == faultOneNode {
+		bound += toxiRate * (r.fault + max(r.recovery, 0)).Seconds() / float64(nodes)
 	}
 	return bound * toxiTenants
 }
@@ -456,16 +474,16 @@ func (r toxiResult) row(mode string, flt toxiFault) string {
 	if r.recovery >= 0 {
 		recovery = r.recovery.Round(10 * time.Millisecond).String()
 	}
-	return fmt.Sprintf("%s | %s | %d | %s (p99 %s) | %d / %d | %d (limit %.0f, bound %.0f) | %+.1f %% | %s | %.1f",
+	return fmt.Sprintf("%s | %s | %d | %s (p99 %s) | %d / %d | %d (limit %.0f, bound %.0f) | %+.1f %% | %d | %s | %.1f",
 		flt.name, mode, r.decisions, r.maxLatency.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.serverErrors, r.failed+r.shed,
-		r.admitted, limit, bound, 100*(float64(r.admitted)/limit-1), recovery, r.logLinesPerSec)
+		r.admitted, limit, bound, 100*(float64(r.admitted)/limit-1), r.episodes, recovery, r.logLinesPerSec)
 }
 
 func (r toxiResult) check(t *testing.T, mode string, flt toxiFault) {
 	t.Helper()
-	t.Logf("%s, %s: %d decisions in %s (fault %s), slowest %s (p99 %s), %d 5xx, %d failed, %d shed by the client; admitted %d; recovered after %s; %.1f log lines/s during the fault",
+	t.Logf("%s, %s: %d decisions in %s (fault %s), slowest %s (p99 %s), %d 5xx, %d failed, %d shed by the client; admitted %d; %d episodes on its own; recovered after %s; %.1f log lines/s during the fault",
 		flt.name, mode, r.decisions, r.elapsed.Round(time.Millisecond), r.fault.Round(time.Millisecond), r.maxLatency, r.p99,
-		r.serverErrors, r.failed, r.shed, r.admitted, r.recovery, r.logLinesPerSec)
+		r.serverErrors, r.failed, r.shed, r.admitted, r.episodes, r.recovery, r.logLinesPerSec)
 	if testing.Verbose() {
 		var b strings.Builder
 		for i, w := range r.windows {
