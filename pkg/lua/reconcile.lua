@@ -25,10 +25,19 @@
 --          node has measured it)
 -- ARGV[6]  ttl in ms: the node is live until now + ttl
 -- ARGV[7..9]  the global limit: rate, burst, period µs
--- ARGV[10] the reconcile interval, µs. The bucket may hold one interval's
---          refill above its burst: pushes come up to an interval after the
---          admissions they count, and capped at the burst the refill that
---          paid for them would be lost.
+-- ARGV[10] the span this push covers, µs: the reconcile interval, or,
+--          when longer, the time since the node took what the push before
+--          it carries (a retried push after Redis was out of the node's
+--          reach, and the one after it, span the outage). The buckets may hold that
+--          span's refill above their burst for this push: its admissions
+--          were made during the span, at the node's parts of the limits,
+--          and capped at the burst the refill that paid for them would be
+--          lost (after an outage of a whole fleet at its limits, the push
+--          would leave the buckets up to a burst below empty, and tenants
+--          under their limits denied). A level above the burst only ever
+--          lowers what nodes hold (they keep the lower of theirs and their
+--          part of it), and any script that reads the bucket next caps it
+--          at its own ceiling.
 -- ARGV[11] the node's lower-level buckets (tenant, endpoint and api key
 --          limits): #KEYS-4 records of 6 little-endian int64, algorithm
 --          (1 token bucket, 2 sliding window), rate, burst, period µs, the
