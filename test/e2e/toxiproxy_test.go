@@ -228,6 +228,11 @@ const (
 	// A hang (go-redis's 3 s read timeout, a stuck batch) is far beyond.
 	toxiMargin = 250 * time.Millisecond
 	toxiWindow = 500 * time.Millisecond
+	// toxiLoss is how much below rate × time + burst the tenants may get:
+	// local-reconciled keeps 2 % of every limit evenly over the nodes and
+	// stays 0.3-1.5 % under it without faults (docs/modes.md); a cell of
+	// 6 s counts the pay-back of the last reconcile more.
+	toxiLoss = 0.08
 )
 
 // toxiResult is one cell's measurements.
@@ -503,11 +508,13 @@ func (r toxiResult) check(t *testing.T, mode string, flt toxiFault) {
 	if bound := toxiBound(mode, flt, r, 2); float64(r.admitted) > bound {
 		t.Errorf("admitted %d tokens; the bound is %.0f", r.admitted, bound)
 	}
-	// Nothing lost: the tenants, offered twice their limit, get at least
-	// 80 % of it (a debt paid twice, or a node that stays degraded, would
-	// take more).
-	if floor := 0.8 * toxiRate * r.elapsed.Seconds() * toxiTenants; float64(r.admitted) < floor {
-		t.Errorf("admitted %d tokens; want at least %.0f (80 %% of rate × time)", r.admitted, floor)
+	// Nothing lost: the tenants, offered twice their limit, get it but
+	// for toxiLoss. A debt paid twice, a push that finds the fleet's
+	// bucket capped at its burst after an outage (local-reconciled before
+	// TestReconciledOutageDoesNotStarveTenantsUnderTheirLimit's fix: -13
+	// to -17 % here), or a node that stays degraded take more.
+	if floor := (1 - toxiLoss) * (toxiRate*r.elapsed.Seconds() + toxiBurst) * toxiTenants; float64(r.admitted) < floor {
+		t.Errorf("admitted %d tokens; want at least %.0f (rate × time + burst, less %.0f %%)", r.admitted, floor, 100*toxiLoss)
 	}
 	if r.recovery < 0 {
 		t.Errorf("the fleet was not out of degraded operation and deciding through Redis within the run")
