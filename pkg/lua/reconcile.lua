@@ -99,9 +99,16 @@ redis.call('PEXPIRE', KEYS[2], math.max(ttl, hold))
 
 -- the global bucket, refilled to now
 local cap = burst * per
-local ceiling = cap + rate * tonumber(ARGV[10])
+local span = tonumber(ARGV[10])
+local ceiling = cap + rate * span
+-- A missing bucket is full: it expires once it would be full again (plus
+-- a second). A push that spans more than an interval (after an outage)
+-- may find it expired meanwhile, full and refilling on since, not to lose
+-- the span's refill: it counts it full plus the span's refill beyond one
+-- interval (the reconcile interval is the ttl's third, ARGV[6]).
+local expired = math.max(span - math.floor(ttl * 1000 / 3), 0)
 local level, last = read_bucket(redis.call('GET', KEYS[1]), rate, burst, per, ceiling)
-if not level then level, last = cap, now end
+if not level then level, last = cap + rate * expired, now end
 if now > last then
   if rate > 0 then level = math.min(level + (now - last) * rate, ceiling) end
   last = now
@@ -184,7 +191,7 @@ if wanted > capacity and weight > 0 then
 end
 -- The lower-level buckets: each as the global one (a push debits it once),
 -- and its demand record.
-local interval = tonumber(ARGV[10])
+local interval = span
 local levels = {}
 for i = 5, #KEYS do
   local alg, brate, bburst, bper, btokens, bdemand = struct.unpack('<i8i8i8i8i8i8', ARGV[11], 48 * (i - 5) + 1)
@@ -194,7 +201,7 @@ for i = 5, #KEYS do
     local bcap = bburst * bper
     local bceil = bcap + brate * interval
     local l, at = read_bucket(redis.call('GET', key), brate, bburst, bper, bceil)
-    if not l then l, at = bcap, now end
+    if not l then l, at = bcap + brate * expired, now end
     if now > at then
       if brate > 0 then l = math.min(l + (now - at) * brate, bceil) end
       at = now
