@@ -68,8 +68,9 @@ import (
 // When Redis is unreachable the node keeps its share (bounded local
 // enforcement) and pushes what it admitted when Redis is back. That push
 // lets the fleet's buckets refill for the whole span it covers, not only
-// up to their burst: the nodes admitted at their parts all along, and a
-// fleet within its limits during the outage owes nothing after it
+// up to their burst, also those that expired meanwhile: the nodes
+// admitted at their parts all along, and a fleet within its limits during
+// the outage owes nothing after it
 // (TestReconciledOutageDoesNotStarveTenantsUnderTheirLimit).
 type reconciler struct {
 	e *Engine
