@@ -43,11 +43,20 @@ build: ## Build every binary into ./bin.
 	$(GO) build -o $(LOCALBIN)/ ./cmd/...
 
 .PHONY: test
-test: lint verify redis-server gateways helm chromium prometheus $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race).
+test: lint verify redis-server gateways helm chromium prometheus $(KUSTOMIZE) ## Run the whole suite (lint, generated-code check, go test -race, every fuzz target for 2s).
 	KUSTOMIZE=$(KUSTOMIZE) KUBEBUILDER_ASSETS="$$(hack/envtest-binaries.sh)" \
 		QUOTAPLANE_HELM="$$(hack/helm.sh)" QUOTAPLANE_MONITORING_CRDS="$$(hack/monitoring-crds.sh)" \
 		QUOTAPLANE_CADDY="$$(hack/caddy.sh)" QUOTAPLANE_NGINX="$$(command -v nginx || echo /usr/sbin/nginx)" \
 		$(GO) test $(GOTEST_FLAGS) $(PKGS)
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
+# Each fuzz target runs this long in make test (hack/fuzz.sh; longer:
+# make fuzz FUZZTIME=5m).
+FUZZTIME ?= 2s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (hack/fuzz.sh; make test runs them for 2s).
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 .PHONY: bench
 bench: ## Run the benchmarks (BENCH=regexp, BENCHTIME=1s).

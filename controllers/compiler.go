@@ -174,9 +174,10 @@ func (c *compiler) keySecrets(ctx context.Context, ns string, objs []runtime.Obj
 
 // stores keeps one policy store per plane.
 type stores struct {
-	redis redis.UniversalClient
-	mu    sync.Mutex
-	m     map[string]*store.Store
+	redis  redis.UniversalClient
+	signer *store.Signer // nil: unsigned
+	mu     sync.Mutex
+	m      map[string]*store.Store
 }
 
 func (s *stores) get(plane string) (*store.Store, error) {
@@ -185,7 +186,11 @@ func (s *stores) get(plane string) (*store.Store, error) {
 	if st, ok := s.m[plane]; ok {
 		return st, nil
 	}
-	st, err := store.New(s.redis, plane)
+	var opts []store.Option
+	if s.signer != nil {
+		opts = append(opts, store.WithSigner(s.signer))
+	}
+	st, err := store.New(s.redis, plane, opts...)
 	if err != nil {
 		return nil, err
 	}

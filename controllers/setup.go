@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/pkg/store"
 )
 
 // Options configure the manager's controllers.
@@ -49,6 +50,9 @@ type Options struct {
 	// MaxEnforcerReplicas caps every plane's enforcer fleet, whatever its
 	// spec asks. Default 100.
 	MaxEnforcerReplicas int32
+	// PolicySigner, when set, signs every version published (package
+	// store, Signatures); nil publishes unsigned.
+	PolicySigner *store.Signer
 }
 
 // maxRetryDelay bounds the backoff of a failing reconcile (controller-runtime's
@@ -104,7 +108,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		c        = mgr.GetClient()
 		recorder = mgr.GetEventRecorder(EventSource)
 		vs       = &verdicts{}
-		st       = &stores{redis: o.Redis}
+		st       = &stores{redis: o.Redis, signer: o.PolicySigner}
 		pokes    = map[string]chan event.GenericEvent{}
 	)
 	kinds := []struct {

@@ -16,7 +16,11 @@
 // at once and answering 503 (gRPC: Unavailable) until the first version
 // arrives. It reaches Redis as the manager does (package redisconn): as
 // -redis-username, with the password of -redis-password-file (a mounted
-// Secret) or QUOTAPLANE_REDIS_PASSWORD.
+// Secret) or QUOTAPLANE_REDIS_PASSWORD, over TLS if asked (-redis-tls,
+// rediss://). With -policy-public-key-file it loads only policy versions a
+// manager signed (package store, Signatures); a version that does not verify
+// is refused, counted (quotaplane_enforcer_policy_loads_total{result=
+// "unverified"}) and logged, and the last good one stays in force.
 //
 // It logs with log/slog to stderr, as text or JSON (-log-format, -log-level;
 // package logging), as the other quotaplane binary does.
@@ -70,6 +74,8 @@ func run() error {
 	policyDir := flag.String("policy", envflag.String("QUOTAPLANE_POLICY", ""), "directory of quota YAML files, watched and read again every -reload-interval (default: the embedded sample plane, unless -redis-addr) [QUOTAPLANE_POLICY]")
 	redisFlags := redisconn.Register(flag.CommandLine, "Redis host:port: the distributed modes' state, and, without -policy, the policy store")
 	plane := flag.String("plane", envflag.String("QUOTAPLANE_PLANE", ""), "the plane to load from the policy store, namespace/name [QUOTAPLANE_PLANE]")
+	publicKey := flag.String("policy-public-key-file", envflag.String("QUOTAPLANE_POLICY_PUBLIC_KEY_FILE", ""),
+		"Ed25519 public keys (PEM, one or more: a rotation) of the managers' -policy-signing-key-file: load from the policy store only versions one of them signed; without it, whatever Redis holds is trusted [QUOTAPLANE_POLICY_PUBLIC_KEY_FILE]")
 	nodeID := flag.String("node-id", envflag.String("QUOTAPLANE_NODE_ID", ""), "this enforcer's id in its fleet (default: host name and a random suffix) [QUOTAPLANE_NODE_ID]")
 	listen := flag.String("listen", envflag.String("QUOTAPLANE_LISTEN", ":8080"), "API listen address [QUOTAPLANE_LISTEN]")
 	grpcListen := flag.String("grpc-listen", envflag.String("QUOTAPLANE_GRPC_LISTEN", ":8081"),
@@ -135,11 +141,23 @@ func run() error {
 			if *plane == "" {
 				return errors.New("-redis-addr without -policy loads the policy from the store: name the plane with -plane namespace/name")
 			}
+			var storeOpts []store.Option
+			if *publicKey != "" {
+				verifier, err := store.LoadVerifier(*publicKey)
+				if err != nil {
+					return fmt.Errorf("-policy-public-key-file: %w", err)
+				}
+				storeOpts = append(storeOpts, store.WithVerifier(verifier))
+				slog.Info("loading only signed policies", "keys", strings.Join(verifier.IDs(), ","))
+			}
 			var err error
-			if policies, err = store.New(client, *plane); err != nil {
+			if policies, err = store.New(client, *plane, storeOpts...); err != nil {
 				return err
 			}
 		}
+	}
+	if *publicKey != "" && policies == nil {
+		return errors.New("-policy-public-key-file checks the policy store's signatures: it needs -redis-addr and -plane, without -policy")
 	}
 	if *nodeID != "" {
 		opts = append(opts, enforcer.WithNodeID(*nodeID))

@@ -6,7 +6,10 @@
 // It talks to the cluster of -kubeconfig (or KUBECONFIG, or the in-cluster
 // config) and to the Redis of -redis-addr. The Redis password comes from the
 // environment (QUOTAPLANE_REDIS_PASSWORD, in a Deployment from a Secret) or
-// from -redis-password-file (a mounted Secret); it is never logged.
+// from -redis-password-file (a mounted Secret); it is never logged. TLS,
+// client certificates and the ACL user are package redisconn's flags. With
+// -policy-signing-key-file it signs every policy version it publishes
+// (package store, Signatures).
 //
 // It logs with log/slog to stderr, as text or JSON (-log-format, -log-level;
 // package logging), as the other quotaplane binary does.
@@ -32,6 +35,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/logging"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/redisconn"
+	"github.com/quotaplane/quotaplane/pkg/store"
 )
 
 func main() {
@@ -52,6 +56,7 @@ func run() error {
 		scaleDown   = flag.Duration("scale-down-delay", envflag.Duration("QUOTAPLANE_SCALE_DOWN_DELAY", 5*time.Minute), "how long a lower replica count must be wanted before a fleet shrinks [QUOTAPLANE_SCALE_DOWN_DELAY]")
 		resync      = flag.Duration("resync-interval", envflag.Duration("QUOTAPLANE_RESYNC_INTERVAL", 10*time.Second), "how often every plane is compiled and published again, so that a Redis that lost its data gets it back [QUOTAPLANE_RESYNC_INTERVAL]")
 		logOpts     = logging.Register(flag.CommandLine)
+		signingKey  = flag.String("policy-signing-key-file", envflag.String("QUOTAPLANE_POLICY_SIGNING_KEY_FILE", ""), "Ed25519 private key (PEM, openssl genpkey -algorithm ed25519) that signs every policy version published; enforcers with its public key (-policy-public-key-file) load only signed versions [QUOTAPLANE_POLICY_SIGNING_KEY_FILE]")
 		maxFleet    = flag.Int("max-enforcer-replicas", int(envflag.Int("QUOTAPLANE_MAX_ENFORCER_REPLICAS", controllers.DefaultMaxEnforcerReplicas)), "the most replicas the manager gives any plane's enforcer Deployment, whatever the plane asks [QUOTAPLANE_MAX_ENFORCER_REPLICAS]")
 	)
 	// controller-runtime registers -kubeconfig on the default flag set.
@@ -69,6 +74,12 @@ func run() error {
 	}
 	if *maxFleet < 1 || *maxFleet > policy.MaxReplicas {
 		return fmt.Errorf("-max-enforcer-replicas %d: use 1 to %d", *maxFleet, policy.MaxReplicas)
+	}
+	var signer *store.Signer
+	if *signingKey != "" {
+		if signer, err = store.LoadSigner(*signingKey); err != nil {
+			return fmt.Errorf("-policy-signing-key-file: %w", err)
+		}
 	}
 	rdb, hasPassword, err := redisFlags.Client()
 	if err != nil {
@@ -92,7 +103,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("create the manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Redis: rdb, FleetInterval: *fleetEvery, ScaleDownDelay: *scaleDown, Resync: *resync, MaxEnforcerReplicas: int32(*maxFleet)}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{Redis: rdb, FleetInterval: *fleetEvery, ScaleDownDelay: *scaleDown, Resync: *resync, MaxEnforcerReplicas: int32(*maxFleet), PolicySigner: signer}); err != nil {
 		return fmt.Errorf("set up the controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -106,7 +117,11 @@ func run() error {
 	}); err != nil {
 		return err
 	}
-	log.Info("manager starting", "redis", *redisFlags.Addr, "redisUser", *redisFlags.Username, "redisPassword", hasPassword,
+	signedBy := "unsigned"
+	if signer != nil {
+		signedBy = signer.ID()
+	}
+	log.Info("manager starting", "redis", *redisFlags.Addr, "redisTLS", redisFlags.TLS(), "redisUser", *redisFlags.Username, "redisPassword", hasPassword, "policySigningKey", signedBy,
 		"leaderElect", *leaderElect, "metrics", *metricsAddr, "probes", *probeAddr, "fleetInterval", *fleetEvery, "scaleDownDelay", *scaleDown)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }

@@ -69,6 +69,14 @@ type centralCall struct {
 	tierRank  int // for the reserve the request must leave in the global bucket
 	mayBorrow bool
 	shard     int // the shard that decides it (shards.go)
+	// ts is the tenant's state on this node (known: the policy names
+	// it), which record counts in; its name, the request's tenant or
+	// overflowName beyond the node's bound on tenant states, names the
+	// tenant's keys in Redis, as apiKey (the request's, or overflowName)
+	// names its api key's.
+	ts     *tenantState
+	known  bool
+	apiKey string
 	// keys and limits of the tenant, borrow allowance, endpoint and api key
 	// levels; a nil limit means the level has no limit. They are the
 	// policy's, or a split tenant's part of them.
@@ -162,7 +170,7 @@ func (b *central) send(ctx context.Context, now int64, call *centralCall) (reusa
 // decisions) or at now (µs; DecideAt, alone, for simulations and tests).
 // When Redis cannot answer in time, the plane's failureMode decides.
 func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Request, d *Decision) error {
-	call, err := b.prepare(snap, r)
+	call, err := b.prepare(snap, now, r)
 	if err != nil {
 		return err
 	}
@@ -184,17 +192,28 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 	return b.fail(call, now, r, d)
 }
 
-// prepare resolves r's limits from the full policy into a script call.
-func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
+// prepare resolves r's limits from the full policy into a script call,
+// deciding at now (µs).
+func (b *central) prepare(snap *snapshot, now int64, r *Request) (*centralCall, error) {
 	ep, cost, err := snap.resolve(r)
 	if err != nil {
 		return nil, err
 	}
 	p := snap.policy
-	rec, _ := snap.recordOf(r.Tenant, r.Tier) // resolve checked that the plane lets it through
-	t := &rec.tenant
 	c := callPool.Get().(*centralCall)
 	c.reset()
+	// Unknown tenants and api keys take a state on this node, up to its
+	// bounds (WithMaxTenants, WithMaxKeys, WithMaxKeysPerTenant); beyond
+	// them they share one overflow state, and its keys in Redis, as in
+	// mode local: a flood of new names cannot grow Redis's keys without
+	// bound either.
+	c.ts, c.known = b.stateOf(r)
+	name, tier := r.Tenant, r.Tier
+	if c.ts.name == overflowName {
+		name, tier = overflowName, "" // the default tier, as the local overflow state
+	}
+	rec, _ := snap.recordOf(name, tier) // resolve checked that the plane lets it through
+	t := &rec.tenant
 	c.snap, c.tenant, c.cost = snap, t, cost
 	endpointName := r.Endpoint
 	if ep >= 0 {
@@ -203,12 +222,17 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 		c.epLim = p.EndpointLimit(t, ep)
 	}
 	if r.APIKey != "" {
-		c.keyLim = p.KeyLimit(t, r.APIKey)
+		c.apiKey = r.APIKey
+		if c.keyLim = p.KeyLimit(t, r.APIKey); c.keyLim != nil && !p.NamesKey(t, r.APIKey) {
+			if c.apiKey = b.keyOf(c.ts, r.APIKey, now); c.apiKey == overflowName {
+				c.keyLim = p.KeyLimit(t, "")
+			}
+		}
 	}
-	shard, parts := b.shards.shardOf(len(snap.shardPrefixes), r.Tenant, t, r.APIKey)
+	shard, parts := b.shards.shardOf(len(snap.shardPrefixes), name, t, c.apiKey)
 	c.shard = shard
 	prefix := snap.shardPrefixes[shard]
-	holder := keyspace.Holder(r.Tenant)
+	holder := keyspace.Holder(name)
 	c.tierRank, c.mayBorrow = rec.tierRank, rec.mayBorrow
 	c.limits = [4]*policy.Limit{t.Limit, nil, c.epLim, c.keyLim}
 	if c.mayBorrow {
@@ -230,12 +254,49 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 		c.keys[2] = prefix.Endpoint(holder, endpointName, isWindow(c.epLim))
 	}
 	if c.keyLim != nil {
-		c.keys[3] = prefix.Key(holder, keyspace.KeyDigest(r.APIKey), isWindow(c.keyLim))
+		c.keys[3] = prefix.Key(holder, keyspace.KeyDigest(c.apiKey), isWindow(c.keyLim))
 	}
 	if v := b.fair.view.Load(); v != nil && v.snap == snap { // contended
-		b.pace(c, v, r.Tenant, prefix, holder, parts)
+		b.pace(c, v, name, prefix, holder, parts)
 	}
 	return c, nil
+}
+
+// stateOf is the tenant's state on this node: the one the policy names, or
+// one of the registry's, the overflow state beyond its bound.
+func (b *central) stateOf(r *Request) (ts *tenantState, known bool) {
+	e := b.e
+	local := e.snap.Load()
+	if ts := local.known[r.Tenant]; ts != nil {
+		return ts, true
+	}
+	return e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(local.known)), false
+}
+
+// keyOf is the name in Redis of an api key the policy does not name: the
+// key's own while the node's key budget holds it, overflowName beyond. The
+// key's state in ts.keys marks it; its limiter is the local engine's (the
+// failure mode's), in force once the tenant was moved to a local snapshot
+// and else at the move (syncLocked), like any key state's.
+func (b *central) keyOf(ts *tenantState, key string, now int64) string {
+	e := b.e
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ks := ts.keys.get(key)
+	if ks == nil {
+		if !e.keys.admits(ts) {
+			return overflowName
+		}
+		ks = &keyState{key: strings.Clone(key)}
+		if ts.snap != nil {
+			ks.limit.reset(ts.snap.policy.KeyLimit(&ts.rec.tenant, key), now)
+			ks.limit.fit(ts.snap, now)
+		}
+		ts.keys.put(ks)
+		e.keys.count.Add(1)
+	}
+	ks.lastSeen = now
+	return ks.key
 }
 
 // record counts a decision Redis made in the tenant's state on this node
@@ -245,16 +306,11 @@ func (b *central) prepare(snap *snapshot, r *Request) (*centralCall, error) {
 // alone is its own group. In mode central the state holds no limits (it
 // is never moved to a snapshot), only what the node counts and traces.
 func (b *central) record(c *centralCall, r *Request, d *Decision, groupAllowed bool) {
-	e := b.e
-	local := e.snap.Load()
-	ts, known := local.known[r.Tenant], true
-	if ts == nil {
-		ts, known = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(local.known)), false
-	}
+	ts := c.ts
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	ts.known = known
-	ts.lastSeen = e.clock()
+	ts.known = c.known
+	ts.lastSeen = b.e.clock()
 	b.countDemandLocked(ts, d)
 	ts.recordGroupLocked(ts.lastSeen, d, r.APIKey, c.endpoint, groupAllowed)
 }
@@ -366,6 +422,7 @@ var callPool = sync.Pool{New: func() any {
 func (c *centralCall) reset() {
 	c.snap, c.tenant, c.endpoint, c.epLim, c.keyLim = nil, nil, nil, nil, nil
 	c.cost, c.tierRank, c.mayBorrow, c.shard = 0, 0, false, 0
+	c.ts, c.known, c.apiKey = nil, false, ""
 	c.keys, c.limits, c.reply, c.at, c.err = [4]string{}, [4]*policy.Limit{}, [lua.DecideReplyFields]int64{}, 0, nil
 	c.share, c.aboveShare = shareLevel{}, false
 	c.members, c.group = c.one[:], 0

@@ -17,7 +17,7 @@ import (
 func (b *central) decideAll(ctx context.Context, snap *snapshot, now int64, rs []Request, ds []Decision) (bool, error) {
 	calls := make([]*centralCall, len(rs))
 	for i := range rs {
-		c, err := b.prepare(snap, &rs[i])
+		c, err := b.prepare(snap, now, &rs[i])
 		if err != nil {
 			for _, c := range calls[:i] {
 				callPool.Put(c)
@@ -89,7 +89,7 @@ func (b *central) failAll(calls []*centralCall, now int64, rs []Request, ds []De
 	}
 	if allowed {
 		for i, c := range calls {
-			b.noteLocal(calls[0], c, &rs[i], &ds[i])
+			b.noteLocal(calls[0], c, &ds[i])
 		}
 	}
 	b.doneLocal(calls[0])

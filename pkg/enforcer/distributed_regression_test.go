@@ -182,7 +182,7 @@ func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
 		b.breaker.failure(nowUs.Load(), errRedisUnavailable)
 	}
 	nowUs.Add(2 * time.Second.Microseconds()) // the cooldown is over: a probe may go
-	c, err := b.prepare(b.snap.Load(), &Request{Tenant: "a", Endpoint: "x"})
+	c, err := b.prepare(b.snap.Load(), nowUs.Load(), &Request{Tenant: "a", Endpoint: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,22 +42,22 @@ func (b *central) fail(c *centralCall, now int64, r *Request, d *Decision) error
 	if err := b.e.decideOpts(now, r, arrival, d); err != nil {
 		return err
 	}
-	b.noteLocal(c, c, r, d)
+	b.noteLocal(c, c, d)
 	b.doneLocal(c)
 	return nil
 }
 
-// noteLocal notes what the failure mode admitted (d) for request r of c, a
+// noteLocal notes what the failure mode admitted (d) for the request of c, a
 // member of the call lead (c itself when alone): journaled at once when no
 // worker sent lead, else kept until Redis's answer says whether it is
 // owed (settleLate).
-func (b *central) noteLocal(lead, c *centralCall, r *Request, d *Decision) {
+func (b *central) noteLocal(lead, c *centralCall, d *Decision) {
 	switch {
 	case !d.Allow:
 	case lead.state.Load() != callSent:
-		b.journalAdmitted(c, r.Tenant, r.APIKey, d.Cost, d.Borrowed)
+		b.journalAdmitted(c, c.ts.name, c.apiKey, d.Cost, d.Borrowed)
 	default:
-		c.local = localAdmission{cost: d.Cost, borrowed: d.Borrowed, tenant: strings.Clone(r.Tenant), apiKey: strings.Clone(r.APIKey)}
+		c.local = localAdmission{cost: d.Cost, borrowed: d.Borrowed, tenant: c.ts.name, apiKey: strings.Clone(c.apiKey)}
 	}
 }
 

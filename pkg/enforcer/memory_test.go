@@ -1,12 +1,15 @@
 package enforcer
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
 const memoryPlane = planeHeader + `
@@ -128,5 +131,75 @@ func TestStateBoundsFitTheMemory(t *testing.T) {
 	}
 	if tenants, _ := StateBounds(256 << 20); tenants != 129_055 {
 		t.Errorf("256 MiB: %d tenants; the doc says 129,000", tenants)
+	}
+}
+
+// TestCentralFloodIsBoundedInRedis: mode central keeps what a flood of new
+// names leaves in Redis to the engine's bounds, as mode local keeps its
+// memory. 3,000 distinct unknown tenants, each with an api key of its own,
+// past WithMaxTenants(100), then 2,000 api keys of one tenant past
+// WithMaxKeysPerTenant(50): the tenants beyond the bound share the overflow
+// state's buckets in Redis (5 tokens that never refill), the keys beyond it
+// the overflow key's. Before, each name got buckets of its own: some 6,000
+// keys in Redis, each until its bucket is full again.
+func TestCentralFloodIsBoundedInRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	e := centralEngine(t, policytest.Compile(t, withMode(memoryPlane, "central")), client, "n1",
+		WithMaxTenants(100), WithMaxKeysPerTenant(50))
+	ctx := context.Background()
+	decide := func(r Request) Decision {
+		t.Helper()
+		d, err := e.Decide(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	admitted := 0
+	for i := range 3000 {
+		if decide(Request{Tenant: fmt.Sprintf("flood-%d", i), Endpoint: "read", APIKey: fmt.Sprintf("key-%d", i)}).Allow {
+			admitted++
+		}
+	}
+	keys, err := client.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("3,000 new tenants: %d admitted, %d keys in Redis", admitted, keys)
+	// 100 tenants with a tenant and a key bucket each, the overflow
+	// state's two, and the plane's own (global, fleet).
+	if keys > 2*101+10 {
+		t.Errorf("%d keys in Redis after 3,000 new tenants; want at most those of 100 tenant states and the overflow state's", keys)
+	}
+	if admitted != 100+5 {
+		t.Errorf("admitted %d; want the 100 tenants with states of their own and 5 of the rest (the overflow state's bucket)", admitted)
+	}
+
+	// A tenant whose own limit lets every key through.
+	wide := strings.Replace(memoryPlane, "tenant: {rate: 0, burst: 5}", "tenant: {rate: 1000000, burst: 1000000}", 1)
+	e = centralEngine(t, policytest.Compile(t, withMode(wide, "central")), client, "n2", WithMaxKeysPerTenant(50))
+	before := keys
+	admitted = 0
+	for i := range 2000 {
+		d := decide(Request{Tenant: "one", Endpoint: "read", APIKey: fmt.Sprintf("many-%d", i)})
+		switch {
+		case d.Allow:
+			admitted++
+		case d.Level != LevelKey:
+			t.Fatalf("api key %d denied at %q; want only the key level (the shared overflow key)", i, d.Level)
+		}
+	}
+	if keys, err = client.DBSize(ctx).Result(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("2,000 api keys of one tenant: %d admitted, %d more keys in Redis", admitted, keys-before)
+	if admitted < 50+1000 {
+		t.Errorf("admitted %d of 2,000; want the 50 keys with states of their own and at least the overflow key's burst of 1,000", admitted)
+	}
+	// Its tenant bucket, 50 key buckets and the overflow key's, and what
+	// a second plane adds (its global and fleet keys).
+	if keys-before > 1+50+1+10 {
+		t.Errorf("%d more keys in Redis after 2,000 api keys of one tenant; want at most its 50 key states' and the overflow key's", keys-before)
 	}
 }

@@ -196,6 +196,11 @@ type keyBudget struct {
 	count     atomic.Int64 // key states in all tenants
 }
 
+// admits reports whether ts may hold one more key state of its own.
+func (k *keyBudget) admits(ts *tenantState) bool {
+	return ts.keys.len() < k.perTenant && k.count.Load() < k.total
+}
+
 // sustainableRate is the most the tenant's own level lets through in the
 // long run, in tokens per second: its limit's rate, plus the pool's refill
 // rate when it may borrow (its debt is repaid at that rate); +Inf without a
@@ -251,7 +256,7 @@ func (ts *tenantState) keyLookupLocked(key string, snap *snapshot, keys *keyBudg
 		return nil
 	}
 	named := snap.policy.NamesKey(&ts.rec.tenant, key)
-	if !named && (ts.keys.len() >= keys.perTenant || keys.count.Load() >= keys.total) {
+	if !named && !keys.admits(ts) {
 		if ks := ts.keys.get(overflowName); ks != nil {
 			return ks
 		}

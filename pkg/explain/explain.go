@@ -28,67 +28,18 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/report"
+	"github.com/quotaplane/quotaplane/pkg/server"
 )
 
-// View is the JSON of GET /quota/debug?tenant=X, the fields this package
-// reads.
-type View struct {
-	Tenant        string           `json:"tenant"`
-	Known         bool             `json:"known"`
-	Tier          string           `json:"tier"`
-	Weight        int64            `json:"weight"`
-	MayBorrow     bool             `json:"mayBorrow"`
-	Limits        []Limit          `json:"limits"`
-	BorrowDebt    int64            `json:"borrowDebt"`
-	DemandPerSec  float64          `json:"demandPerSecond"`
-	FairShare     *float64         `json:"fairSharePerSecond,omitempty"`
-	Admitted      int64            `json:"admitted"`
-	Denied        map[string]int64 `json:"denied"`
-	Borrowed      int64            `json:"borrowed"`
-	PolicyVersion int64            `json:"policyVersion"`
-	Backend       string           `json:"backend"`
-	Degraded      bool             `json:"degraded"`
-	LimitsNote    string           `json:"limitsNote"`
-	Recent        []Decision       `json:"recentDecisions"`
-	Fleet         *Fleet           `json:"fleet,omitempty"`
-}
-
-// Limit is one level's limit and what remains of it, in tokens.
-type Limit struct {
-	Level     string `json:"level"`
-	Name      string `json:"name,omitempty"`
-	Limit     string `json:"limit"`
-	Remaining int64  `json:"remaining"`
-}
-
-// Decision is one recent decision, newest first.
-type Decision struct {
-	At       time.Time `json:"at"`
-	Endpoint string    `json:"endpoint,omitempty"`
-	KeyHash  string    `json:"keyHash,omitempty"`
-	Cost     int64     `json:"cost"`
-	Borrowed int64     `json:"borrowed,omitempty"`
-	Allowed  bool      `json:"allowed"`
-	Level    string    `json:"level,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-}
-
-// Fleet is the plane's enforcers, in the distributed modes.
-type Fleet struct {
-	LiveNodes int64      `json:"liveNodes"`
-	Enforcers []Enforcer `json:"enforcers"`
-	Error     string     `json:"error,omitempty"`
-}
-
-// Enforcer is one enforcer of the fleet.
-type Enforcer struct {
-	ID              string  `json:"id"`
-	Self            bool    `json:"self,omitempty"`
-	PolicyVersion   int64   `json:"policyVersion"`
-	Mode            string  `json:"mode,omitempty"`
-	Degraded        *bool   `json:"degraded,omitempty"`
-	DecisionsPerSec float64 `json:"decisionsPerSecond"`
-}
+// View is the JSON of GET /quota/debug?tenant=X, as the admin handler
+// writes it; Limit, Decision, Fleet and Enforcer are its parts.
+type (
+	View     = server.DebugView
+	Limit    = server.DebugLimit
+	Decision = server.DebugDecision
+	Fleet    = server.DebugFleet
+	Enforcer = server.DebugEnforcer
+)
 
 // Explanation is a tenant's view with the reasons read from it.
 type Explanation struct {
@@ -142,13 +93,13 @@ func Fetch(ctx context.Context, client *http.Client, base, token, tenant string)
 	if v.Tenant == "" {
 		return nil, errors.New(u.Redacted() + ": the answer names no tenant: is this an enforcer's admin listener?")
 	}
-	return &Explanation{Enforcer: base, View: &v, Why: v.Why()}, nil
+	return &Explanation{Enforcer: base, View: &v, Why: Why(&v)}, nil
 }
 
 // Why lists why the tenant is (or is not) throttled, the most decisive
 // first: an enforcer degraded, levels with nothing left, the last denial,
 // demand above the fair share, debt to the burst pool.
-func (v *View) Why() []string {
+func Why(v *View) []string {
 	var why []string
 	if v.Degraded {
 		why = append(why, "the enforcer is degraded: Redis is unavailable and the plane's failure mode decides ("+v.Backend+")")

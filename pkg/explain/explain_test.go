@@ -25,7 +25,7 @@ func TestWhy(t *testing.T) {
 			{At: at, Endpoint: "write", Cost: 5, Level: "tenant", Reason: "tenant limit used up"},
 		},
 	}
-	got := strings.Join(v.Why(), "\n")
+	got := strings.Join(explain.Why(&v), "\n")
 	for _, want := range []string{
 		"the enforcer is degraded",
 		"the tenant level is exhausted: 0 tokens left of 50 per 1s (burst 100)",
@@ -45,13 +45,13 @@ func TestWhy(t *testing.T) {
 	}
 
 	v.Limits[1].Remaining = 2 // the tenant level refilled a little, not enough
-	if got := strings.Join(v.Why(), "\n"); !strings.Contains(got, "the tenant level has 2 tokens left of 50 per 1s (burst 100): fewer than the last denied request's cost, 5") {
+	if got := strings.Join(explain.Why(&v), "\n"); !strings.Contains(got, "the tenant level has 2 tokens left of 50 per 1s (burst 100): fewer than the last denied request's cost, 5") {
 		t.Errorf("why of a level short of the denied cost:\n%s", got)
 	}
 
 	calm := explain.View{Tenant: "acme", Known: true, Tier: "standard", Limits: []explain.Limit{{Level: "tenant", Remaining: 900}},
 		Recent: []explain.Decision{{Allowed: true}}}
-	if why := calm.Why(); len(why) != 1 || !strings.HasPrefix(why[0], "not throttled now") {
+	if why := explain.Why(&calm); len(why) != 1 || !strings.HasPrefix(why[0], "not throttled now") {
 		t.Errorf("a tenant with tokens and no denial: %q", why)
 	}
 }

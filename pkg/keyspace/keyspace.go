@@ -36,6 +36,9 @@
 //	rc                 hash: local-reconciled's pushes, demands and rates per node (reconcile.lua)
 //	td:N               hash: node N's tenant demands (reconcile.lua)
 //	fd:N               string: node N's fairness report (heartbeat.lua, central mode)
+//
+// Who may touch which of these keys is stated here too: EnforcerACL and
+// ManagerACL (acl.go) are the Redis ACL users of the two components.
 package keyspace
 
 import (

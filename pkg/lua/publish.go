@@ -51,6 +51,9 @@ type PublishArgs struct {
 	// Sources, when not empty, is stored beside the version in the sources
 	// field (opaque here); an empty one drops the field on a new version.
 	Sources []byte
+	// Signature, when not empty, is Encoding's signature, "<key id>:<...>",
+	// stored as the version's sig<N> field.
+	Signature string
 }
 
 // PublishReply is the reply of one call of Publish.
@@ -61,7 +64,7 @@ type PublishReply struct {
 
 // RunPublish calls Publish on the policy hash key with a's arguments.
 func RunPublish(ctx context.Context, c redis.Scripter, key string, a PublishArgs) (PublishReply, error) {
-	vals, err := Publish.Run(ctx, c, []string{key}, a.Hash, a.Encoding, a.Keep, a.Channel, a.Version, a.Floor, a.Sources).Int64Slice()
+	vals, err := Publish.Run(ctx, c, []string{key}, a.Hash, a.Encoding, a.Keep, a.Channel, a.Version, a.Floor, a.Sources, a.Signature).Int64Slice()
 	if err != nil {
 		return PublishReply{}, err
 	}

@@ -6,6 +6,8 @@
 --            v<n>     the encoding of version n, for the last K versions
 --            sources  what the publisher compiled version N from (opaque;
 --                     the manager's objects in force), when it gave any
+--            sig<n>   the signature of version n, "<key id>:<signature>"
+--                     (opaque here but for the key id), when signed
 -- ARGV[1]  the content hash of the policy to publish (hex SHA-256)
 -- ARGV[2]  the policy's encoding as version ARGV[5]; opaque, never parsed here
 -- ARGV[3]  K, how many versions to keep (an integer >= 1)
@@ -16,9 +18,12 @@
 --          floor): after Redis lost its data, the caller's record of the
 --          last version keeps versions growing instead of restarting at 1.
 -- ARGV[7]  sources: stored in the sources field (absent or '': none)
+-- ARGV[8]  the signature of ARGV[2], "<key id>:<signature>" (absent or '':
+--          unsigned)
 --
 -- Returns {version, outcome}:
---   {current, 0}   the current version's content hash is ARGV[1] and
+--   {current, 0}   the current version's content hash is ARGV[1], it is
+--                  signed by the key ARGV[8] names (or both are unsigned) and
 --                  current >= floor: nothing is published (also when ARGV[5]
 --                  is stale, so publishing the current content never
 --                  conflicts); the sources field is set to ARGV[7] if given
@@ -31,7 +36,8 @@
 --
 -- Side effects, only when stored: HSET v<N>, hash, current and sources
 -- (HDEL sources when ARGV[7] is empty: the old one described another
--- version); HDEL every v<n> with n <= N - K (whatever K earlier calls used);
+-- version) and sig<N> when ARGV[8] is given; HDEL every v<n> and sig<n>
+-- with n <= N - K (whatever K earlier calls used);
 -- PUBLISH N (decimal) on ARGV[4]. When unchanged: HSET sources if ARGV[7]
 -- is given and differs.
 --
@@ -58,6 +64,15 @@ if ARGV[6] and ARGV[6] ~= '' then
   floor = tonumber(ARGV[6])
 end
 local sources = ARGV[7] or ''
+local sig = ARGV[8] or ''
+
+-- signer is the key id of a signature field's value; '' when unsigned.
+local function signer(value)
+  if not value then
+    return ''
+  end
+  return string.match(value, '^([^:]*):') or ''
+end
 
 if hash == '' then
   return redis.error_reply('ERR publish.lua: empty content hash')
@@ -81,7 +96,11 @@ if raw then
   end
 end
 
-if current > 0 and current >= floor and redis.call('HGET', key, 'hash') == hash then
+-- Content signed by another key (or signed where it was not, or the
+-- reverse) is published again, so that a manager that starts signing, or
+-- rotates its key, gets a version its enforcers verify.
+if current > 0 and current >= floor and redis.call('HGET', key, 'hash') == hash
+    and signer(redis.call('HGET', key, 'sig' .. string.format('%d', current))) == signer(sig) then
   if sources ~= '' and redis.call('HGET', key, 'sources') ~= sources then
     redis.call('HSET', key, 'sources', sources)
   end
@@ -97,6 +116,9 @@ end
 
 local n = string.format('%d', want)
 redis.call('HSET', key, 'v' .. n, blob, 'hash', hash, 'current', n)
+if sig ~= '' then
+  redis.call('HSET', key, 'sig' .. n, sig)
+end
 if sources ~= '' then
   redis.call('HSET', key, 'sources', sources)
 else
@@ -105,7 +127,7 @@ end
 
 local oldest = want - keep
 for _, field in ipairs(redis.call('HKEYS', key)) do
-  local v = tonumber(string.match(field, '^v(%d+)$'))
+  local v = tonumber(string.match(field, '^v(%d+)$') or string.match(field, '^sig(%d+)$'))
   if v and v <= oldest then
     redis.call('HDEL', key, field)
   end

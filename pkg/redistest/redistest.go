@@ -4,11 +4,14 @@
 // server Debian ships (`make test` installs it when it is missing).
 //
 // A server can be stopped and started again on the same port (a restart, or
-// an outage of a chosen length) while clients keep their address.
+// an outage of a chosen length) while clients keep their address. A server
+// can have a replica and be failed over to it (replica.go), with clients on
+// a Forwarder, the address that moves to the new primary (forward.go).
 package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -45,6 +48,7 @@ type Server struct {
 	port     int
 	dir      string
 	args     []string
+	tls      *TLS // nil: plain text
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -55,11 +59,36 @@ type Server struct {
 // server is killed when the test ends.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	return start(t, nil, extra...)
+}
+
+// TLS is how StartTLS serves: PEM files, and whether clients must present a
+// certificate.
+type TLS struct {
+	CertFile, KeyFile string
+	// CAFile holds the CAs of client certificates (tls-ca-cert-file).
+	CAFile string
+	// AuthClients: clients must present a certificate of CAFile
+	// (tls-auth-clients yes).
+	AuthClients bool
+	// Client is how the readiness check and Server.Client connect.
+	Client *tls.Config
+}
+
+// StartTLS is Start for a server that speaks only TLS (--port 0 and
+// --tls-port on the free port); Debian's redis-server is built with TLS.
+func StartTLS(t testing.TB, cfg TLS, extra ...string) *Server {
+	t.Helper()
+	return start(t, &cfg, extra...)
+}
+
+func start(t testing.TB, tlsCfg *TLS, extra ...string) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server is not installed: `make test` installs it (apt-get install redis-server): %v", err)
 	}
-	s := &Server{t: t, dir: t.TempDir()}
+	s := &Server{t: t, dir: t.TempDir(), tls: tlsCfg}
 	for i, a := range extra {
 		if a == "--requirepass" && i+1 < len(extra) {
 			s.Password = extra[i+1]
@@ -68,8 +97,17 @@ func Start(t testing.TB, extra ...string) *Server {
 	for attempt := 0; ; attempt++ {
 		s.port = freePort(t)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-		s.args = append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, extra...)
+		s.args = []string{"--port", strconv.Itoa(s.port)}
+		if tlsCfg != nil {
+			authClients := "no"
+			if tlsCfg.AuthClients {
+				authClients = "yes"
+			}
+			s.args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", tlsCfg.CertFile,
+				"--tls-key-file", tlsCfg.KeyFile, "--tls-ca-cert-file", tlsCfg.CAFile, "--tls-auth-clients", authClients}
+		}
+		s.args = append(append(s.args, "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")), extra...)
 		err = s.startBin(bin)
 		if err == nil || attempt == 4 {
 			break
@@ -99,7 +137,11 @@ func (s *Server) startBin(bin string) error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.Password, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	opts := &redis.Options{Addr: s.Addr, Password: s.Password, MaxRetries: -1, DialTimeout: 200 * time.Millisecond}
+	if s.tls != nil {
+		opts.TLSConfig = s.tls.Client
+	}
+	c := redis.NewClient(opts)
 	defer c.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -173,7 +215,11 @@ func (s *Server) Restart() {
 // commands honour their contexts' deadlines (ContextTimeoutEnabled), as the
 // enforcer's client must.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.Password, ContextTimeoutEnabled: true})
+	opts := &redis.Options{Addr: s.Addr, Password: s.Password, ContextTimeoutEnabled: true}
+	if s.tls != nil {
+		opts.TLSConfig = s.tls.Client
+	}
+	c := redis.NewClient(opts)
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -1,14 +1,17 @@
 // Package reload keeps an engine on the newest good policy from its source:
 // a directory of quota YAML files (the enforcer's file mode, or a mounted
 // ConfigMap) or the policy store in Redis. Every load is validated in full
-// (the same Compile or Decode as everywhere); a bad one is counted and
-// logged and the last good policy stays in force; a good one is swapped in
+// (the same Compile or Decode as everywhere; from a store with a verifier,
+// its signature first); a bad one is counted (result "error", or
+// "unverified" for a signature that does not verify) and logged and the
+// last good policy stays in force; a good one is swapped in
 // atomically by the engine, which carries the state of every tenant,
 // endpoint and key that still exists.
 package reload
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -38,7 +41,7 @@ type Loader struct {
 
 // New returns a loader for e, which applies overrides to every policy it
 // loads (the enforcer's flags); loads counts the outcomes by result ("ok",
-// "error"). loaded is the source policy the engine started with, or nil when
+// "error", "unverified"). loaded is the source policy the engine started with, or nil when
 // it started on a stand-in (not ready until the source's first policy).
 func New(e *enforcer.Engine, o policy.Overrides, loads *prometheus.CounterVec, log *slog.Logger, loaded *policy.Policy) *Loader {
 	l := &Loader{engine: e, overrides: o, loads: loads, log: log, applied: make(chan struct{}, 1)}
@@ -81,6 +84,11 @@ func (l *Loader) Apply(p *policy.Policy) (bool, error) {
 }
 
 func (l *Loader) failed(err error) {
+	if errors.Is(err, store.ErrUnverified) {
+		l.loads.WithLabelValues("unverified").Inc()
+		l.log.Error("policy refused: its signature does not verify; the last good one stays in force", "err", err)
+		return
+	}
 	l.loads.WithLabelValues("error").Inc()
 	l.log.Error("policy not loaded; the last good one stays in force", "err", err)
 }
@@ -146,9 +154,10 @@ func (l *Loader) WatchDir(ctx context.Context, dir string, every time.Duration) 
 }
 
 // WatchStore follows the policy store until ctx ends: every version it
-// delivers is applied (Decode has validated it); the errors it reports (a
-// corrupt version, an unreachable Redis) are counted as failed loads and
-// logged.
+// delivers is applied (Decode has validated it, and the store's verifier, if
+// any, its signature); the errors it reports are counted and logged: a
+// version whose signature does not verify as "unverified", the rest (a
+// corrupt version, an unreachable Redis) as "error".
 func (l *Loader) WatchStore(ctx context.Context, s *store.Store) error {
 	return s.Watch(ctx, func(p *policy.Policy) { _, _ = l.Apply(p) }, l.failed)
 }

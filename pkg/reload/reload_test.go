@@ -1,13 +1,17 @@
 package reload
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -283,4 +287,118 @@ func TestLoadLogNamesTheModeInForce(t *testing.T) {
 	if !strings.Contains(out.String(), `"mode":"central"`) {
 		t.Fatalf("log %s; want the mode in force, central", out.String())
 	}
+}
+
+// TestWatchStoreSigned: an enforcer that trusts the manager's key loads its
+// signed versions; a version injected in Redis (unsigned, or a valid
+// policy under a copied signature) or signed by another key is refused,
+// counted as "unverified" (not "error"), logged, and the last good policy
+// stays in force, admitting by its limits; the manager's next version loads.
+func TestWatchStoreSigned(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	compile := func(burst int) *policy.Policy { return policytest.Compile(t, plane(burst)) }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, managerKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, attackerKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := compile(5).ID()
+	manager, err := store.New(rdb, id, store.WithSigner(store.NewSigner(managerKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower, err := store.New(rdb, id, store.WithPollInterval(20*time.Millisecond),
+		store.WithVerifier(store.NewVerifier(managerKey.Public().(ed25519.PublicKey))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := manager.Publish(ctx, compile(5)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := follower.Current(ctx)
+	if err != nil {
+		t.Fatalf("a signed version: %v", err)
+	}
+	e, err := enforcer.New(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	loads := newLoads()
+	var logs syncBuffer
+	l := New(e, policy.Overrides{}, loads, slog.New(slog.NewTextHandler(&logs, nil)), first)
+	go func() { _ = l.WatchStore(ctx, follower) }()
+
+	if _, _, err := manager.Publish(ctx, compile(7)); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "ok", 1)
+	if v := e.Policy().Version(); v != 2 {
+		t.Fatalf("signed version 2 not loaded: running %d", v)
+	}
+
+	key := store.PolicyKey(id)
+	signature := rdb.HGet(ctx, key, "sig2").Val()
+	forged := compile(1000).WithVersion(3)
+	if err := rdb.HSet(ctx, key, "v3", forged.Encode(), "hash", forged.Hash(), "current", 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "unverified", 1)
+	forged = compile(2000).WithVersion(4)
+	if err := rdb.HSet(ctx, key, "v4", forged.Encode(), "hash", forged.Hash(), "sig4", signature, "current", 4).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "unverified", 2)
+	attacker, err := store.New(rdb, id, store.WithSigner(store.NewSigner(attackerKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := attacker.Publish(ctx, compile(3000)); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "unverified", 3)
+	if v := e.Policy().Version(); v != 2 {
+		t.Fatalf("an unverified version was loaded: running %d", v)
+	}
+	if got := admits(t, e, "a", 20); got != 7 {
+		t.Fatalf("admitted %d, want the last good burst of 7", got)
+	}
+	if n := testutil.ToFloat64(loads.WithLabelValues("error")); n != 0 {
+		t.Fatalf("%v unverified loads counted as errors", n)
+	}
+	if out := logs.String(); strings.Count(out, "policy refused: its signature does not verify") != 3 {
+		t.Fatalf("want three refusals logged, got:\n%s", out)
+	}
+
+	if _, _, err := manager.Publish(ctx, compile(9)); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "ok", 2)
+	if got := admits(t, e, "b", 20); got != 9 {
+		t.Fatalf("after the manager's next version, admitted %d, want 9", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the watcher's goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -69,14 +69,14 @@ func NewAdmin(e *enforcer.Engine, m *Metrics, ready func() bool, opts ...AdminOp
 	return mux
 }
 
-// debugView is the JSON of GET /quota/debug.
-type debugView struct {
+// DebugView is the JSON of GET /quota/debug?tenant=X (quotactl explain reads it: pkg/explain).
+type DebugView struct {
 	Tenant        string           `json:"tenant"`
 	Known         bool             `json:"known"`
 	Tier          string           `json:"tier"`
 	Weight        int64            `json:"weight"`
 	MayBorrow     bool             `json:"mayBorrow"`
-	Limits        []debugLimit     `json:"limits"`
+	Limits        []DebugLimit     `json:"limits"`
 	BorrowDebt    int64            `json:"borrowDebt"`
 	DemandPerSec  float64          `json:"demandPerSecond"`
 	FairShare     *float64         `json:"fairSharePerSecond,omitempty"` // absent when not contended or unpaced
@@ -90,17 +90,17 @@ type debugView struct {
 	LimitsNote string `json:"limitsNote"`
 	// LimitsReadAt is the Redis TIME the limits were read at, in mode
 	// central.
-	LimitsReadAt *time.Time   `json:"limitsReadAt,omitempty"`
-	Recent       []debugEntry `json:"recentDecisions"`
+	LimitsReadAt *time.Time      `json:"limitsReadAt,omitempty"`
+	Recent       []DebugDecision `json:"recentDecisions"`
 	// Fleet is the plane's enforcers, in the distributed modes.
-	Fleet *debugFleet `json:"fleet,omitempty"`
+	Fleet *DebugFleet `json:"fleet,omitempty"`
 	// Upstreams are the tenant's priority class on each upstream of the
 	// plan in force (seed 004), and why.
-	Upstreams []debugUpstream `json:"upstreams,omitempty"`
+	Upstreams []DebugUpstream `json:"upstreams,omitempty"`
 }
 
-// debugUpstream is a tenant's class on one upstream.
-type debugUpstream struct {
+// DebugUpstream is a tenant's class on one upstream.
+type DebugUpstream struct {
 	Upstream   string  `json:"upstream"`
 	Phase      string  `json:"phase"`
 	Confidence float64 `json:"confidence"`
@@ -112,18 +112,19 @@ type debugUpstream struct {
 	Why              string  `json:"why"`
 }
 
-// debugFleet is the plane's enforcers as their reports in Redis say.
-type debugFleet struct {
+// DebugFleet is the plane's enforcers as their reports in Redis say.
+type DebugFleet struct {
 	// LiveNodes counts the nodes whose heartbeats are live, as this node
 	// last heard (it sizes each node's share of the limits).
 	LiveNodes int64           `json:"liveNodes"`
-	Enforcers []debugEnforcer `json:"enforcers"`
+	Enforcers []DebugEnforcer `json:"enforcers"`
 	// Error says why the reports could not be read; the list then holds
 	// this enforcer alone.
 	Error string `json:"error,omitempty"`
 }
 
-type debugEnforcer struct {
+// DebugEnforcer is one enforcer of DebugFleet.
+type DebugEnforcer struct {
 	ID string `json:"id"`
 	// Self marks the enforcer that answers; its entry is its state now,
 	// and Reported says whether Redis holds its report.
@@ -137,14 +138,16 @@ type debugEnforcer struct {
 	ReportUntil *time.Time `json:"reportUntil,omitempty"`
 }
 
-type debugLimit struct {
+// DebugLimit is one level's limit and what remains of it, in tokens.
+type DebugLimit struct {
 	Level     string `json:"level"`
 	Name      string `json:"name,omitempty"`
 	Limit     string `json:"limit"`
 	Remaining int64  `json:"remaining"`
 }
 
-type debugEntry struct {
+// DebugDecision is one of the tenant's recent decisions, newest first.
+type DebugDecision struct {
 	At       time.Time `json:"at"`
 	Endpoint string    `json:"endpoint,omitempty"`
 	KeyHash  string    `json:"keyHash,omitempty"` // the api key's short hash, never the key
@@ -182,11 +185,11 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no state for tenant %q on this enforcer: it has not sent a request here since its state was last forgotten", name))
 		return
 	}
-	v := debugView{
+	v := DebugView{
 		Tenant: s.Tenant, Known: s.Known, Tier: s.Tier, Weight: s.Weight, MayBorrow: s.MayBorrow,
 		BorrowDebt: s.Debt, DemandPerSec: s.Demand, Admitted: s.Admitted, Borrowed: s.Borrowed,
 		Denied: map[string]int64{}, PolicyVersion: s.PolicyVersion, Backend: b.Mode.String(), Degraded: b.Degraded,
-		Limits: []debugLimit{}, Recent: []debugEntry{},
+		Limits: []DebugLimit{}, Recent: []DebugDecision{},
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), debugReadTimeout)
 	defer cancel()
@@ -197,15 +200,15 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 		if st, redisErr = e.RedisStatusOf(ctx, name); redisErr == nil {
 			v.LimitsNote = "mode central: the fleet's state in Redis, read without changing it; counters and recent decisions are this enforcer's"
 			v.LimitsReadAt = &st.At
-			v.Limits = append(v.Limits, debugLimit{Level: string(enforcer.LevelGlobal), Limit: st.Global.Limit.String(), Remaining: st.Global.Remaining})
+			v.Limits = append(v.Limits, DebugLimit{Level: string(enforcer.LevelGlobal), Limit: st.Global.Limit.String(), Remaining: st.Global.Remaining})
 			for _, l := range st.Limits {
-				v.Limits = append(v.Limits, debugLimit{Level: string(l.Level), Name: l.Name, Limit: l.Limit.String(), Remaining: l.Remaining})
+				v.Limits = append(v.Limits, DebugLimit{Level: string(l.Level), Name: l.Name, Limit: l.Limit.String(), Remaining: l.Remaining})
 			}
 			if st.Pool != nil {
-				v.Limits = append(v.Limits, debugLimit{Level: "burstPool", Limit: st.Pool.Limit.String(), Remaining: st.Pool.Remaining})
+				v.Limits = append(v.Limits, DebugLimit{Level: "burstPool", Limit: st.Pool.Limit.String(), Remaining: st.Pool.Remaining})
 			}
 			if st.Allowance != nil {
-				v.Limits = append(v.Limits, debugLimit{Level: "borrowAllowance", Limit: st.Allowance.Limit.String(), Remaining: st.Allowance.Remaining})
+				v.Limits = append(v.Limits, DebugLimit{Level: "borrowAllowance", Limit: st.Allowance.Limit.String(), Remaining: st.Allowance.Remaining})
 				v.BorrowDebt = st.Allowance.Limit.Burst - st.Allowance.Remaining
 			}
 		}
@@ -220,9 +223,9 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 			v.LimitsNote = "this enforcer's share of the plane (" + b.Mode.String() + ")"
 		}
 		plane := e.PlaneStatusAt(now)
-		v.Limits = append(v.Limits, debugLimit{Level: string(enforcer.LevelGlobal), Limit: plane.Global.Limit.String(), Remaining: plane.Global.Remaining})
+		v.Limits = append(v.Limits, DebugLimit{Level: string(enforcer.LevelGlobal), Limit: plane.Global.Limit.String(), Remaining: plane.Global.Remaining})
 		for _, l := range s.Limits {
-			v.Limits = append(v.Limits, debugLimit{Level: string(l.Level), Name: l.Name, Limit: l.Limit.String(), Remaining: l.Remaining})
+			v.Limits = append(v.Limits, DebugLimit{Level: string(l.Level), Name: l.Name, Limit: l.Limit.String(), Remaining: l.Remaining})
 		}
 	}
 	if s.FairShare > 0 && !math.IsInf(s.FairShare, 0) && !math.IsNaN(s.FairShare) {
@@ -233,7 +236,7 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 		v.Denied[string(l)] = n
 	}
 	for _, t := range s.Trace {
-		v.Recent = append(v.Recent, debugEntry{At: t.At, Endpoint: t.Endpoint, KeyHash: t.KeyHash, Cost: t.Cost, Borrowed: t.Borrowed,
+		v.Recent = append(v.Recent, DebugDecision{At: t.At, Endpoint: t.Endpoint, KeyHash: t.KeyHash, Cost: t.Cost, Borrowed: t.Borrowed,
 			Allowed: t.Allow, Level: string(t.Level), Reason: t.Reason})
 	}
 	if b.Mode != policy.ModeLocal {
@@ -246,8 +249,8 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 // fleetView is the plane's enforcers from their reports, with this one's
 // state now in its own entry (listed also when Redis holds no report of it:
 // a degraded enforcer may not reach Redis to report).
-func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus, reports FleetReports) *debugFleet {
-	f := &debugFleet{LiveNodes: b.Nodes, Enforcers: []debugEnforcer{}}
+func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus, reports FleetReports) *DebugFleet {
+	f := &DebugFleet{LiveNodes: b.Nodes, Enforcers: []DebugEnforcer{}}
 	var live []store.EnforcerReport
 	var err error
 	if reports == nil {
@@ -259,7 +262,7 @@ func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus
 		f.Error = err.Error()
 	}
 	degraded := b.Degraded
-	self := debugEnforcer{ID: e.NodeID(), Self: true, PolicyVersion: e.Policy().Version(), Mode: b.Mode.String(), Degraded: &degraded}
+	self := DebugEnforcer{ID: e.NodeID(), Self: true, PolicyVersion: e.Policy().Version(), Mode: b.Mode.String(), Degraded: &degraded}
 	for _, r := range live {
 		if r.ID == e.NodeID() {
 			self.Reported, self.DecisionsPerSec = true, r.DecisionsPerSec
@@ -268,7 +271,7 @@ func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus
 			f.Enforcers = append(f.Enforcers, self)
 			continue
 		}
-		entry := debugEnforcer{ID: r.ID, Reported: true, PolicyVersion: r.PolicyVersion, Mode: r.Mode, DecisionsPerSec: r.DecisionsPerSec}
+		entry := DebugEnforcer{ID: r.ID, Reported: true, PolicyVersion: r.PolicyVersion, Mode: r.Mode, DecisionsPerSec: r.DecisionsPerSec}
 		until := r.Until
 		entry.ReportUntil = &until
 		if r.Mode != "" {
@@ -285,10 +288,10 @@ func fleetView(ctx context.Context, e *enforcer.Engine, b enforcer.BackendStatus
 
 // upstreamsView is the tenant's class on every upstream of the plan in
 // force, and why.
-func upstreamsView(e *enforcer.Engine, tenant, tier string) []debugUpstream {
-	var out []debugUpstream
+func upstreamsView(e *enforcer.Engine, tenant, tier string) []DebugUpstream {
+	var out []DebugUpstream
 	for _, tu := range e.TenantUpstreams(tenant, tier) {
-		out = append(out, debugUpstream{Upstream: tu.Upstream, Phase: tu.Phase, Confidence: tu.Confidence, Class: tu.Class,
+		out = append(out, DebugUpstream{Upstream: tu.Upstream, Phase: tu.Phase, Confidence: tu.Confidence, Class: tu.Class,
 			Score: tu.Score, AllocationPerSec: tu.Allocation, Why: tu.Why})
 	}
 	return out

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
-	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
@@ -37,15 +37,7 @@ spec: {endpoint: export, cost: 10, limit: {rate: 1, burst: 30, period: 1h}}
 // answering enforcer itself.
 func TestDebugCentral(t *testing.T) {
 	srv := redistest.Start(t)
-	objs, err := policy.DecodeYAML([]byte(centralDebugPlane))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, problems := policy.Compile(objs)
-	if len(problems) > 0 {
-		t.Fatal(problems)
-	}
-	p = p.WithVersion(4)
+	p := policytest.Compile(t, centralDebugPlane).WithVersion(4)
 	reports, err := store.New(srv.Client(), p.ID())
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +72,7 @@ func TestDebugCentral(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("debug on node-b: %d %s", rec.Code, rec.Body)
 	}
-	var v debugView
+	var v DebugView
 	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +124,7 @@ func TestDebugCentral(t *testing.T) {
 // with its state; without a report source the fleet says why.
 func TestDebugFleetWithoutReports(t *testing.T) {
 	srv := redistest.Start(t)
-	objs, err := policy.DecodeYAML([]byte(centralDebugPlane))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := policy.Compile(objs)
+	p := policytest.Compile(t, centralDebugPlane)
 	e, err := enforcer.New(p.WithVersion(1), enforcer.WithRedis(srv.Client()), enforcer.WithNodeID("lonely"))
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +133,7 @@ func TestDebugFleetWithoutReports(t *testing.T) {
 	if _, err := e.Decide(context.Background(), enforcer.Request{Tenant: "acme", Endpoint: "export"}); err != nil {
 		t.Fatal(err)
 	}
-	var v debugView
+	var v DebugView
 	rec := get(NewAdmin(e, NewMetrics(e, nil), func() bool { return true }), "/quota/debug?tenant=acme")
 	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
 		t.Fatal(err)

@@ -109,7 +109,7 @@ func TestDebug(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("debug: %d %s", rec.Code, rec.Body)
 	}
-	var v debugView
+	var v DebugView
 	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
 		t.Fatal(err)
 	}

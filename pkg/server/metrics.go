@@ -61,7 +61,7 @@ type Metrics struct {
 	denied         *prometheus.CounterVec // level, tier, endpoint
 	latency        prometheus.Histogram
 
-	// PolicyLoads counts policy loads by result (ok, error); the enforcer's
+	// PolicyLoads counts policy loads by result (ok, error, unverified); the enforcer's
 	// loader increments it.
 	PolicyLoads *prometheus.CounterVec
 
@@ -112,11 +112,12 @@ func NewMetrics(e *enforcer.Engine, redis prometheus.Histogram) *Metrics {
 		}),
 		PolicyLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricPrefix + "policy_loads_total",
-			Help: "Policy loads by result: ok, or error (the last good policy stays in force).",
+			Help: "Policy loads by result: ok, error, or unverified (a policy store version whose signature does not verify); after error and unverified the last good policy stays in force.",
 		}, []string{"result"}),
 	}
 	m.PolicyLoads.WithLabelValues("ok")
 	m.PolicyLoads.WithLabelValues("error")
+	m.PolicyLoads.WithLabelValues("unverified")
 	m.Registry.MustRegister(m.admitted, m.throttled, m.admittedTokens, m.denied, m.latency, m.PolicyLoads, &engineCollector{e: e},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if redis != nil {

@@ -102,7 +102,7 @@ type uiView struct {
 	Tiers   []uiTier
 	Top     []uiTenant
 	Denied  []uiDenied
-	Fleet   *debugFleet
+	Fleet   *DebugFleet
 	Upstrms []uiUpstream
 }
 
@@ -252,7 +252,7 @@ func (u *ui) view(ctx context.Context, now time.Time) *uiView {
 		v.Fleet = fleetView(ctx, e, b, u.cfg.fleet)
 	} else {
 		degraded := false
-		v.Fleet = &debugFleet{LiveNodes: 1, Enforcers: []debugEnforcer{{ID: e.NodeID(), Self: true, PolicyVersion: p.Version(), Mode: b.Mode.String(), Degraded: &degraded}}}
+		v.Fleet = &DebugFleet{LiveNodes: 1, Enforcers: []DebugEnforcer{{ID: e.NodeID(), Self: true, PolicyVersion: p.Version(), Mode: b.Mode.String(), Degraded: &degraded}}}
 	}
 
 	for _, s := range e.UpstreamStatus() {

@@ -16,6 +16,7 @@ import (
 	"github.com/quotaplane/quotaplane/config/samples"
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
+	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
@@ -227,15 +228,7 @@ func TestUIRates(t *testing.T) {
 // the enforcer alone.
 func TestUIFleet(t *testing.T) {
 	srv := redistest.Start(t)
-	objs, err := policy.DecodeYAML([]byte(centralDebugPlane))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, problems := policy.Compile(objs)
-	if len(problems) > 0 {
-		t.Fatal(problems)
-	}
-	p = p.WithVersion(4)
+	p := policytest.Compile(t, centralDebugPlane).WithVersion(4)
 	reports, err := store.New(srv.Client(), p.ID())
 	if err != nil {
 		t.Fatal(err)

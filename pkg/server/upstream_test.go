@@ -79,7 +79,7 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 	}
 	drec := httptest.NewRecorder()
 	admin.ServeHTTP(drec, httptest.NewRequest(http.MethodGet, "/quota/debug?tenant=free-trial", nil))
-	var view debugView
+	var view DebugView
 	if err := json.Unmarshal(drec.Body.Bytes(), &view); err != nil || len(view.Upstreams) != 1 {
 		t.Fatalf("debug: %v %s, want one upstream", err, drec.Body)
 	}
@@ -88,7 +88,7 @@ func TestUpstreamOutageOverHTTP(t *testing.T) {
 	}
 	drec = httptest.NewRecorder()
 	admin.ServeHTTP(drec, httptest.NewRequest(http.MethodGet, "/quota/debug?tenant=acme", nil))
-	view = debugView{}
+	view = DebugView{}
 	if err := json.Unmarshal(drec.Body.Bytes(), &view); err != nil || len(view.Upstreams) != 1 {
 		t.Fatalf("debug acme: %v %s, want one upstream", err, drec.Body)
 	}

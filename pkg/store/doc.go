@@ -11,6 +11,7 @@
 //	    current     the current version number N (decimal)
 //	    hash        the content hash (hex SHA-256) of version N
 //	    v<n>        policy.Encode of version n, for the last K versions
+//	    sig<n>      the signature of v<n>, "<key id>:<base64>", when signed
 //	    sources     what the publisher compiled version N from, if it said
 //	                (WithSources; the manager's objects in force), opaque here
 //	qp:{P}:policy   pub/sub channel; the payload is a new N (decimal)
@@ -51,4 +52,38 @@
 // or the same version with other content, has seen such a reset: it reports
 // ErrReset and follows the new history (delivering its current version)
 // rather than waiting for its old version number to come back.
+//
+// # Signatures
+//
+// Without keys the store trusts Redis: whoever may write the policy hash
+// decides what every enforcer enforces. With keys, an enforcer loads only
+// what a manager signed. A Store made WithSigner signs each version it
+// publishes: Ed25519 over a fixed context string and the version's
+// encoding (which names the plane, the version and the content, whose hash
+// it carries), stored as sig<n> with the id of the public key (KeyID). A
+// Store made WithVerifier checks the signature before it parses anything
+// of a version: a version unsigned, signed by a key it does not trust, or
+// altered after signing (one byte is enough) is an ErrUnverified error, and
+// Watch skips it as it skips a corrupt one, the last good policy staying in
+// force. A verifier may trust several keys, for a rotation: enforcers
+// trust the old and the new key, then the manager signs with the new one
+// (publish.lua stores the same content again as a new version when the
+// current one is signed by another key, or unsigned), then enforcers drop
+// the old one.
+//
+// Ed25519 rather than HMAC, so that the enforcers hold only the public
+// key: with HMAC every enforcer pod would hold a key that can sign, and one
+// compromised pod (or anyone who reads its Secret) could forge policies for
+// the whole fleet. The private key is the manager's alone (one Secret,
+// mounted only there); keys are standard PEM (openssl genpkey -algorithm
+// ed25519; openssl pkey -pubout).
+//
+// What a signature does not stop: a writer to Redis can put back an older
+// version that a manager signed, whole (a rollback): enforcers take it for
+// a reset and load it, until the manager publishes again (its resync
+// publishes above the version its QuotaPlane's status records, within
+// --resync-interval). It can delete the policy: enforcers keep the last
+// good one; new ones stay unready. The ACL users of pkg/keyspace keep the
+// enforcers from writing the policy hash at all; docs/security.md lists
+// the rest.
 package store

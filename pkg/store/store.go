@@ -83,6 +83,14 @@ func WithKeep(versions int) Option { return func(s *Store) { s.keep = versions }
 // listening for notices; positive. Default DefaultPollInterval.
 func WithPollInterval(d time.Duration) Option { return func(s *Store) { s.pollInterval = d } }
 
+// WithSigner makes Publish sign each version it stores (see the package
+// doc, Signatures).
+func WithSigner(signer *Signer) Option { return func(s *Store) { s.signer = signer } }
+
+// WithVerifier makes Current, Get and Watch accept only versions signed by
+// a key verifier trusts; any other is an ErrUnverified error.
+func WithVerifier(verifier *Verifier) Option { return func(s *Store) { s.verifier = verifier } }
+
 // Store is one plane's policies in Redis. It is safe for concurrent use; any
 // number of publishers (in any processes) and watchers may share a plane.
 type Store struct {
@@ -91,6 +99,8 @@ type Store struct {
 	key          string // PolicyKey(plane): the hash and the channel
 	keep         int
 	pollInterval time.Duration
+	signer       *Signer   // nil: publish unsigned
+	verifier     *Verifier // nil: trust what Redis holds
 
 	// lastVersion is the current version as last seen by this Store: the
 	// first guess of the next Publish or Current, checked by Redis, never
@@ -170,14 +180,20 @@ func (s *Store) Publish(ctx context.Context, p *policy.Policy, opts ...PublishOp
 	}
 	next := max(s.lastVersion.Load(), o.floor) + 1
 	for range maxPublishAttempts {
+		encoding := p.WithVersion(next).Encode()
+		var signature string
+		if s.signer != nil {
+			signature = s.signer.sign(encoding)
+		}
 		r, err := lua.RunPublish(ctx, s.client, s.key, lua.PublishArgs{
-			Hash:     p.Hash(),
-			Encoding: p.WithVersion(next).Encode(),
-			Version:  next,
-			Keep:     s.keep,
-			Channel:  s.key,
-			Floor:    o.floor,
-			Sources:  o.sources,
+			Hash:      p.Hash(),
+			Encoding:  encoding,
+			Version:   next,
+			Keep:      s.keep,
+			Channel:   s.key,
+			Floor:     o.floor,
+			Sources:   o.sources,
+			Signature: signature,
 		})
 		if err != nil {
 			return 0, false, fmt.Errorf("store: plane %q: publish version %d: %w", s.plane, next, err)
@@ -217,11 +233,11 @@ func (s *Store) Sources(ctx context.Context) (version int64, sources []byte, err
 // ErrNoPolicy when none is published and ErrCorrupt when what Redis holds
 // does not decode.
 func (s *Store) Current(ctx context.Context) (*policy.Policy, error) {
-	h, blob, err := s.readCurrent(ctx, s.lastVersion.Load())
+	h, blob, sig, err := s.readCurrent(ctx, s.lastVersion.Load())
 	if err != nil {
 		return nil, err
 	}
-	return s.decodeCurrent(h, blob)
+	return s.decodeCurrent(h, blob, sig)
 }
 
 // Get returns a kept version of the plane's policy, decoded and checked. It
@@ -230,14 +246,16 @@ func (s *Store) Get(ctx context.Context, version int64) (*policy.Policy, error) 
 	if version < 1 {
 		return nil, fmt.Errorf("store: plane %q version %d: %w: versions start at 1", s.plane, version, ErrNoVersion)
 	}
-	blob, err := s.client.HGet(ctx, s.key, versionField(version)).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("store: plane %q version %d: %w (the store keeps the last %d)", s.plane, version, ErrNoVersion, s.keep)
-	}
+	vals, err := s.client.HMGet(ctx, s.key, versionField(version), signatureField(version)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: plane %q version %d: read: %w", s.plane, version, err)
 	}
-	return s.decodeVersion(version, blob)
+	blob, ok := vals[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("store: plane %q version %d: %w (the store keeps the last %d)", s.plane, version, ErrNoVersion, s.keep)
+	}
+	sig, _ := vals[1].(string)
+	return s.decodeVersion(version, []byte(blob), sig)
 }
 
 // head is what the hash says of the current version.
@@ -247,6 +265,8 @@ type head struct {
 }
 
 func versionField(version int64) string { return "v" + strconv.FormatInt(version, 10) }
+
+func signatureField(version int64) string { return "sig" + strconv.FormatInt(version, 10) }
 
 // readHead reads the current version and its content hash: one small reply,
 // what Watch polls.
@@ -275,23 +295,24 @@ func (s *Store) parseHead(vals []any) (head, error) {
 	return head{version: v, hash: hash}, nil
 }
 
-// readCurrent reads the current version's head and encoding in one HMGET,
-// so they agree: it asks for the encoding of guess and, when the current
-// version is another one, asks again for that one. The head is returned with
-// ErrCorrupt errors, so that a watcher can skip that version.
-func (s *Store) readCurrent(ctx context.Context, guess int64) (head, []byte, error) {
+// readCurrent reads the current version's head, encoding and signature
+// (empty when unsigned) in one HMGET, so they agree: it asks for the
+// encoding of guess and, when the current version is another one, asks
+// again for that one. The head is returned with ErrCorrupt errors, so that a
+// watcher can skip that version.
+func (s *Store) readCurrent(ctx context.Context, guess int64) (h head, blob []byte, sig string, err error) {
 	for range maxReadAttempts {
 		fields := []string{fieldCurrent, fieldHash}
 		if guess > 0 {
-			fields = append(fields, versionField(guess))
+			fields = append(fields, versionField(guess), signatureField(guess))
 		}
 		vals, err := s.client.HMGet(ctx, s.key, fields...).Result()
 		if err != nil {
-			return head{}, nil, fmt.Errorf("store: plane %q: read the current version: %w", s.plane, err)
+			return head{}, nil, "", fmt.Errorf("store: plane %q: read the current version: %w", s.plane, err)
 		}
 		h, err := s.parseHead(vals)
 		if err != nil {
-			return head{}, nil, err
+			return head{}, nil, "", err
 		}
 		s.lastVersion.Store(h.version)
 		if h.version != guess {
@@ -300,17 +321,18 @@ func (s *Store) readCurrent(ctx context.Context, guess int64) (head, []byte, err
 		}
 		blob, ok := vals[2].(string)
 		if !ok {
-			return h, nil, s.corrupt(h.version, errors.New("it is current but its encoding is not stored"))
+			return h, nil, "", s.corrupt(h.version, errors.New("it is current but its encoding is not stored"))
 		}
-		return h, []byte(blob), nil
+		sig, _ := vals[3].(string)
+		return h, []byte(blob), sig, nil
 	}
-	return head{}, nil, fmt.Errorf("store: plane %q: read the current version: it changed %d times while reading", s.plane, maxReadAttempts)
+	return head{}, nil, "", fmt.Errorf("store: plane %q: read the current version: it changed %d times while reading", s.plane, maxReadAttempts)
 }
 
 // decodeCurrent decodes the current version's encoding and checks it against
 // the recorded content hash.
-func (s *Store) decodeCurrent(h head, blob []byte) (*policy.Policy, error) {
-	p, err := s.decodeVersion(h.version, blob)
+func (s *Store) decodeCurrent(h head, blob []byte, sig string) (*policy.Policy, error) {
+	p, err := s.decodeVersion(h.version, blob, sig)
 	if err != nil {
 		return nil, err
 	}
@@ -320,9 +342,15 @@ func (s *Store) decodeCurrent(h head, blob []byte) (*policy.Policy, error) {
 	return p, nil
 }
 
-// decodeVersion decodes the encoding stored as version and checks that it
-// is a valid policy of this plane and of that version.
-func (s *Store) decodeVersion(version int64, blob []byte) (*policy.Policy, error) {
+// decodeVersion verifies the signature sig of the encoding stored as
+// version (with a verifier, before anything of it is parsed), decodes it and
+// checks that it is a valid policy of this plane and of that version.
+func (s *Store) decodeVersion(version int64, blob []byte, sig string) (*policy.Policy, error) {
+	if s.verifier != nil {
+		if err := s.verifier.verify(blob, sig); err != nil {
+			return nil, fmt.Errorf("store: plane %q version %d: %w: %w", s.plane, version, ErrUnverified, err)
+		}
+	}
 	p, err := policy.Decode(blob)
 	if err != nil {
 		return nil, s.corrupt(version, err)

@@ -21,8 +21,8 @@ import (
 // the package doc for the guarantees.
 //
 // onError, when not nil, hears what Watch could not deliver: Redis errors,
-// ErrNoPolicy, ErrCorrupt versions (skipped; the last good policy stays in
-// force) and ErrReset (followed). An error equal to the one reported just
+// ErrNoPolicy, ErrCorrupt and ErrUnverified versions (skipped; the last
+// good policy stays in force) and ErrReset (followed). An error equal to the one reported just
 // before is not reported again, so an outage or an empty store is reported
 // once, not once per poll.
 //
@@ -86,7 +86,7 @@ type watcher struct {
 	onError  func(error)
 
 	delivered head   // the last version handed to onPolicy
-	skipped   head   // the last version found corrupt
+	skipped   head   // the last version found corrupt or unverified
 	lastError string // the last error reported, "" after a clean step
 }
 
@@ -101,16 +101,16 @@ func (w *watcher) sync(ctx context.Context) {
 		w.lastError = ""
 		return
 	}
-	got, blob, err := w.store.readCurrent(ctx, h.version)
+	got, blob, sig, err := w.store.readCurrent(ctx, h.version)
 	if err == nil && !wants(w.delivered, w.skipped, got) {
 		w.lastError = "" // it moved back to what we hold
 		return
 	}
 	var p *policy.Policy
 	if err == nil {
-		p, err = w.store.decodeCurrent(got, blob)
+		p, err = w.store.decodeCurrent(got, blob, sig)
 	}
-	if errors.Is(err, ErrCorrupt) && got.version > 0 {
+	if (errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnverified)) && got.version > 0 {
 		w.skipped = got
 	}
 	if err != nil {

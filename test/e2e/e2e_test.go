@@ -393,10 +393,11 @@ func build(t *testing.T, names ...string) map[string]string {
 // process is a started binary whose output is kept, and shown when the
 // test fails.
 type process struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
+	name   string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once it exited (cmd.ProcessState is then set)
+	mu     sync.Mutex
+	out    bytes.Buffer
 }
 
 func (p *process) Write(b []byte) (int, error) {
@@ -415,22 +416,21 @@ func (p *process) output() string {
 // SIGKILL after 10 s) when the test ends.
 func start(t *testing.T, bin string, env []string, args ...string) *process {
 	t.Helper()
-	p := &process{name: filepath.Base(bin)}
+	p := &process{name: filepath.Base(bin), exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(exited) }()
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-p.exited:
 		case <-time.After(10 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-exited
+			<-p.exited
 		}
 		if t.Failed() {
 			t.Logf("%s output:\n%s", p.name, p.output())

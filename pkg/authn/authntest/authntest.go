@@ -73,12 +73,19 @@ func (ca *CA) Server(t testing.TB, name string) (certPEM, keyPEM []byte) {
 // Client issues a client certificate named name.
 func (ca *CA) Client(t testing.TB, name string) tls.Certificate {
 	t.Helper()
-	certPEM, keyPEM := ca.issue(t, name, x509.ExtKeyUsageClientAuth, nil)
+	certPEM, keyPEM := ca.ClientPEM(t, name)
 	c, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// ClientPEM issues a client certificate named name, PEM-encoded with its
+// key (files a client reads).
+func (ca *CA) ClientPEM(t testing.TB, name string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, nil)
 }
 
 func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage, edit func(*x509.Certificate)) (certPEM, keyPEM []byte) {

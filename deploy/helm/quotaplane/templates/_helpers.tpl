@@ -54,3 +54,51 @@ Mi, Gi or Ti, or plain bytes.
 {{- end -}}
 {{- mul (div (mul (atoi $digits) (get $bytes $unit)) 10) 9 -}}
 {{- end }}
+
+{{/*
+The Redis login of a component (dict "root" $ "component" "manager" or
+"enforcer"): its ACL user and that user's password key with
+redis.aclUsers.enabled, else the default user's password.
+*/}}
+{{- define "quotaplane.redisLoginEnv" -}}
+{{- $redis := .root.Values.redis -}}
+{{- if $redis.aclUsers.enabled -}}
+- name: QUOTAPLANE_REDIS_USERNAME
+  value: quotaplane-{{ .component }}
+{{ include "quotaplane.redisPasswordEnv" (dict "name" "QUOTAPLANE_REDIS_PASSWORD" "secret" (dict "name" $redis.passwordSecret.name "key" (index $redis.aclUsers (printf "%sPasswordKey" .component)) "optional" $redis.passwordSecret.optional)) }}
+{{- else -}}
+{{ include "quotaplane.redisPasswordEnv" (dict "name" "QUOTAPLANE_REDIS_PASSWORD" "secret" $redis.passwordSecret) }}
+{{- end -}}
+{{- end }}
+
+{{/* TLS to Redis (redis.tls): the flags' environment, files of the Secret mounted as redis-tls. */}}
+{{- define "quotaplane.redisTLSEnv" -}}
+{{- with .Values.redis.tls -}}
+{{- if .enabled -}}
+{{- if $.Values.redis.trial.enabled -}}
+{{- fail "redis.tls.enabled needs your own Redis: the trial Redis speaks plain text (set redis.trial.enabled=false and redis.address)" -}}
+{{- end -}}
+- name: QUOTAPLANE_REDIS_TLS
+  value: "true"
+- name: QUOTAPLANE_REDIS_CA_FILE
+  value: /etc/quotaplane/redis-tls/ca.crt
+{{- if .clientCertificate }}
+- name: QUOTAPLANE_REDIS_CERT_FILE
+  value: /etc/quotaplane/redis-tls/tls.crt
+- name: QUOTAPLANE_REDIS_KEY_FILE
+  value: /etc/quotaplane/redis-tls/tls.key
+{{- end }}
+{{- with .serverName }}
+- name: QUOTAPLANE_REDIS_TLS_SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The Secret of redis.tls as a volume. */}}
+{{- define "quotaplane.redisTLSVolume" -}}
+- name: redis-tls
+  secret:
+    secretName: {{ required "redis.tls.secretName is required with redis.tls.enabled: a Secret with ca.crt (and tls.crt, tls.key for a client certificate)" .Values.redis.tls.secretName }}
+{{- end }}
