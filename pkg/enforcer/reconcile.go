@@ -66,7 +66,12 @@ import (
 // (TestReconciledLevelsFollowRouting).
 //
 // When Redis is unreachable the node keeps its share (bounded local
-// enforcement) and pushes what it admitted when Redis is back.
+// enforcement) and pushes what it admitted when Redis is back. That push
+// lets the fleet's buckets refill for the whole span it covers, not only
+// up to their burst, also those that expired meanwhile: the nodes
+// admitted at their parts all along, and a fleet within its limits during
+// the outage owes nothing after it
+// (TestReconciledOutageDoesNotStarveTenantsUnderTheirLimit).
 type reconciler struct {
 	e *Engine
 
@@ -76,13 +81,19 @@ type reconciler struct {
 	// seq numbers pushes. It starts at the process's start time in µs, so
 	// that a node id reused by a new process (a StatefulSet's pod) pushes
 	// above what its predecessor did.
-	seq      int64
-	pending  int64   // tokens of the last push, until Redis confirms it
-	pushed   int64   // the plane's admitted count up to the last push
-	admitted int64   // the plane's admitted count at the last reconcile (for the rate)
-	offered  int64   // the plane's offered count at the last reconcile
-	lastRun  int64   // µs of the last reconcile; 0 before the first since begin
-	demand   float64 // tokens per second, smoothed over reconciles
+	seq     int64
+	pending int64 // tokens of the last push, until Redis confirms it
+	pushed  int64 // the plane's admitted count up to the last push
+	// collected is the µs at which the pending push took what was
+	// admitted, from the µs at which the push before it did (0 before
+	// the first): the span of admissions the push carries, which after
+	// failed reconciles is the whole outage (reconcile.lua's ARGV[10]),
+	// for it and for the push it follows.
+	collected, from int64
+	admitted        int64   // the plane's admitted count at the last reconcile (for the rate)
+	offered         int64   // the plane's offered count at the last reconcile
+	lastRun         int64   // µs of the last reconcile; 0 before the first since begin
+	demand          float64 // tokens per second, smoothed over reconciles
 	// unfair is the part of demand beyond the fleet's fair shares of this
 	// node's busiest tenants, as of the last reconcile: the node claims
 	// its demand less it, so that a node whose demand is a whale's beyond
@@ -241,14 +252,18 @@ func (r *reconciler) reconcile() {
 			seconds = float64(now-prev) / 1e6
 		}
 		r.pendingBuckets = r.collectBuckets(snap, seconds)
+		r.from, r.collected = r.collected, now
 	}
 
 	interval := spec.ReconcileInterval
 	ttl := 3 * interval // a node is dead after three missed reconciles
 	prefix := keyspace.PlanePrefix(p.ID())
 	g := spec.Global
-	args := []any{e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(),
-		interval.Microseconds()}
+	span := interval.Microseconds()
+	if r.from > 0 {
+		span = max(span, now-r.from)
+	}
+	args := []any{e.nodeID, r.seq, r.pending, admitRate, demand, ttl.Milliseconds(), g.Rate, g.Burst, g.PeriodMicros(), span}
 	push := bucketLevels(r.pendingBuckets)
 	keys := append([]string{prefix.Global(), prefix.Nodes(), prefix.Reconcile(), prefix.TenantDemands(e.nodeID)}, push.Keys()...)
 	scriptNow := int64(0) // Redis TIME: one clock for the fleet

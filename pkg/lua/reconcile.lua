@@ -25,10 +25,19 @@
 --          node has measured it)
 -- ARGV[6]  ttl in ms: the node is live until now + ttl
 -- ARGV[7..9]  the global limit: rate, burst, period µs
--- ARGV[10] the reconcile interval, µs. The bucket may hold one interval's
---          refill above its burst: pushes come up to an interval after the
---          admissions they count, and capped at the burst the refill that
---          paid for them would be lost.
+-- ARGV[10] the span this push covers, µs: the reconcile interval, or,
+--          when longer, the time since the node took what the push before
+--          it carries (a retried push after Redis was out of the node's
+--          reach, and the one after it, span the outage). The buckets may hold that
+--          span's refill above their burst for this push: its admissions
+--          were made during the span, at the node's parts of the limits,
+--          and capped at the burst the refill that paid for them would be
+--          lost (after an outage of a whole fleet at its limits, the push
+--          would leave the buckets up to a burst below empty, and tenants
+--          under their limits denied). A level above the burst only ever
+--          lowers what nodes hold (they keep the lower of theirs and their
+--          part of it), and any script that reads the bucket next caps it
+--          at its own ceiling.
 -- ARGV[11] the node's lower-level buckets (tenant, endpoint and api key
 --          limits): #KEYS-4 records of 6 little-endian int64, algorithm
 --          (1 token bucket, 2 sliding window), rate, burst, period µs, the
@@ -90,9 +99,16 @@ redis.call('PEXPIRE', KEYS[2], math.max(ttl, hold))
 
 -- the global bucket, refilled to now
 local cap = burst * per
-local ceiling = cap + rate * tonumber(ARGV[10])
+local span = tonumber(ARGV[10])
+local ceiling = cap + rate * span
+-- A missing bucket is full: it expires once it would be full again (plus
+-- a second). A push that spans more than an interval (after an outage)
+-- may find it expired meanwhile, full and refilling on since, not to lose
+-- the span's refill: it counts it full plus the span's refill beyond one
+-- interval (the reconcile interval is the ttl's third, ARGV[6]).
+local expired = math.max(span - math.floor(ttl * 1000 / 3), 0)
 local level, last = read_bucket(redis.call('GET', KEYS[1]), rate, burst, per, ceiling)
-if not level then level, last = cap, now end
+if not level then level, last = cap + rate * expired, now end
 if now > last then
   if rate > 0 then level = math.min(level + (now - last) * rate, ceiling) end
   last = now
@@ -175,7 +191,7 @@ if wanted > capacity and weight > 0 then
 end
 -- The lower-level buckets: each as the global one (a push debits it once),
 -- and its demand record.
-local interval = tonumber(ARGV[10])
+local interval = span
 local levels = {}
 for i = 5, #KEYS do
   local alg, brate, bburst, bper, btokens, bdemand = struct.unpack('<i8i8i8i8i8i8', ARGV[11], 48 * (i - 5) + 1)
@@ -185,7 +201,7 @@ for i = 5, #KEYS do
     local bcap = bburst * bper
     local bceil = bcap + brate * interval
     local l, at = read_bucket(redis.call('GET', key), brate, bburst, bper, bceil)
-    if not l then l, at = bcap, now end
+    if not l then l, at = bcap + brate * expired, now end
     if now > at then
       if brate > 0 then l = math.min(l + (now - at) * brate, bceil) end
       at = now
