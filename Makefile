@@ -47,8 +47,13 @@ test: lint verify redis-server gateways helm chromium prometheus $(KUSTOMIZE) ##
 	KUSTOMIZE=$(KUSTOMIZE) KUBEBUILDER_ASSETS="$$(hack/envtest-binaries.sh)" \
 		QUOTAPLANE_HELM="$$(hack/helm.sh)" QUOTAPLANE_MONITORING_CRDS="$$(hack/monitoring-crds.sh)" \
 		QUOTAPLANE_CADDY="$$(hack/caddy.sh)" QUOTAPLANE_NGINX="$$(command -v nginx || echo /usr/sbin/nginx)" \
-		$(GO) test $(GOTEST_FLAGS) $(PKGS)
+		$(GO) test $(GOTEST_FLAGS) -p 3 $(TEST_PKGS)
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
+# test/e2e goes first and runs beside the other packages (-p 3 on two
+# cores): its tests mostly wait on real processes and real time, so it
+# would otherwise be the run's tail.
+TEST_PKGS ?= ./test/e2e/ $(PKGS)
 
 # Each fuzz target runs this long in make test (hack/fuzz.sh; longer:
 # make fuzz FUZZTIME=5m).

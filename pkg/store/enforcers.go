@@ -76,9 +76,15 @@ func (s *Store) ReportState(ctx context.Context, r EnforcerReport, ttl time.Dura
 		} else {
 			p.HDel(ctx, states, r.ID)
 		}
-		// The hashes live as long as some report does; lapsed ones are dropped.
-		p.PExpire(ctx, key, 2*ttl)
-		p.PExpire(ctx, states, 2*ttl)
+		// The hashes live as long as their longest report does (NX sets
+		// a new hash's expiry, GT only ever lengthens it: a report with a
+		// short ttl must not take the others with it); lapsed reports
+		// are dropped one by one below.
+		hold := max((2 * ttl).Milliseconds(), 1)
+		for _, k := range []string{key, states} {
+			p.Do(ctx, "PEXPIRE", k, hold, "NX")
+			p.Do(ctx, "PEXPIRE", k, hold, "GT")
+		}
 		return nil
 	})
 	if err != nil {

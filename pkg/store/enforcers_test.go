@@ -121,3 +121,26 @@ func TestEnforcerStates(t *testing.T) {
 		t.Fatalf("reports %+v; want a at version 8 without a state, and old", live)
 	}
 }
+
+// TestShortReportKeepsTheOthers: a report with a short ttl lapses alone.
+// The reports' hash lived as long as the last report asked, so one with a
+// ttl of 1 ms took every other enforcer's report with it 2 ms later.
+func TestShortReportKeepsTheOthers(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv.Client())
+	ctx := context.Background()
+	if err := s.Report(ctx, "a", 1, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReportState(ctx, store.EnforcerReport{ID: "b", Mode: "central"}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	live, err := s.Enforcers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != 1 || live[0].ID != "a" {
+		t.Fatalf("reports %+v; want a's alone (b's lapsed)", live)
+	}
+}
