@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/quotaplane/quotaplane/pkg/testport"
 )
 
 // The enforcer binary, built once for the package's tests.
@@ -181,13 +183,7 @@ func (p *process) waitFor(what string, cond func() bool) {
 }
 
 func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(testport.Free(t))
 }
 
 // dial connects to the process's gRPC listener (plain text unless opts

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/testport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -120,14 +121,7 @@ func start(t testing.TB, tlsCfg *TLS, extra ...string) *Server {
 	return s
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("no free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t testing.TB) int { return testport.Free(t) }
 
 func (s *Server) startBin(bin string) error {
 	cmd := exec.Command(bin, s.args...)

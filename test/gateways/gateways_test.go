@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/poll"
+	"github.com/quotaplane/quotaplane/pkg/testport"
 )
 
 // root is the repository's root: tests run in their package's directory.
@@ -390,15 +391,7 @@ func start(t *testing.T, name, bin string, env []string, args ...string) {
 	})
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
+func freePort(t *testing.T) string { return strconv.Itoa(testport.Free(t)) }
 
 // waitListening waits until something accepts connections at addr.
 func waitListening(t *testing.T, what, addr string) {
