@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quotaplane/quotaplane/pkg/keyspace"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/testenv"
 )
 
@@ -115,13 +116,9 @@ func TestTrialRedisScript(t *testing.T) {
 				return rdb
 			}
 			admin := login("", "admin-pw")
-			deadline := time.Now().Add(10 * time.Second)
-			for admin.Ping(ctx).Err() != nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("the trial Redis's script did not start a server answering on %s:\n%s", addr, out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			poll.Until(t, 10*time.Second, "the trial Redis's script starts a server answering on "+addr, func() bool {
+				return admin.Ping(ctx).Err() == nil
+			})
 			users, err := admin.Do(ctx, "ACL", "USERS").StringSlice()
 			if err != nil {
 				t.Fatal(err)

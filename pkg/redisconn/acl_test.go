@@ -22,6 +22,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redisconn"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/reload"
@@ -114,18 +115,6 @@ func aclLog(t *testing.T, admin *redis.Client) []string {
 	return lines
 }
 
-// waitUntil polls cond every 10 ms for up to 15 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 15 s, still waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func samplePlane(t *testing.T) *policy.Policy {
 	t.Helper()
 	p, err := policy.LoadFS(samples.FS)
@@ -212,8 +201,8 @@ func TestACLUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the enforcer runs version 2", func() bool { return engine.Policy().Version() == v2 })
-	waitUntil(t, "the manager reads the enforcer's report", func() bool {
+	poll.Until(t, 15*time.Second, "the enforcer runs version 2", func() bool { return engine.Policy().Version() == v2 })
+	poll.Until(t, 15*time.Second, "the manager reads the enforcer's report", func() bool {
 		reports, err := publisher.Enforcers(ctx)
 		return err == nil && len(reports) == 1 && reports[0].PolicyVersion == v2
 	})
@@ -256,7 +245,7 @@ spec:
 	defer local.Close()
 	decide(local)
 	prefix := keyspace.PlanePrefix(plane)
-	waitUntil(t, "the reconciled node pushed and the central node beat", func() bool {
+	poll.Until(t, 15*time.Second, "the reconciled node pushed and the central node beat", func() bool {
 		pushes, _ := admin.HLen(ctx, prefix.Reconcile()).Result()
 		nodes, _ := admin.ZCard(ctx, prefix.Nodes()).Result()
 		return pushes > 0 && nodes >= 2

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
@@ -135,11 +136,14 @@ func TestShortReportKeepsTheOthers(t *testing.T) {
 	if err := s.ReportState(ctx, store.EnforcerReport{ID: "b", Mode: "central"}, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
-	live, err := s.Enforcers(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var live []store.EnforcerReport
+	poll.Until(t, waitTimeout, "b's report lapses", func() bool {
+		var err error
+		if live, err = s.Enforcers(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return !slices.ContainsFunc(live, func(r store.EnforcerReport) bool { return r.ID == "b" })
+	})
 	if len(live) != 1 || live[0].ID != "a" {
 		t.Fatalf("reports %+v; want a's alone (b's lapsed)", live)
 	}

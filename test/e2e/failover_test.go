@@ -642,7 +642,9 @@ func termDrains(t *testing.T, bin string) {
 		}
 		return e
 	}})
-	time.Sleep(time.Second)
+	poll.Until(t, 10*time.Second, "both enforcers answer the load", func() bool {
+		return servedBy(load, nodes[0]) >= 100 && servedBy(load, nodes[1]) >= 100
+	})
 	servedBefore := servedBy(load, nodes[1])
 	if err := procs[1].cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -654,7 +656,10 @@ func termDrains(t *testing.T, bin string) {
 		t.Fatal("the enforcer did not exit within 15 s of SIGTERM")
 	}
 	took := time.Since(termed)
-	time.Sleep(500 * time.Millisecond)
+	survivor := servedBy(load, nodes[0])
+	poll.Until(t, 10*time.Second, "the survivor answers 100 more requests after the exit", func() bool {
+		return servedBy(load, nodes[0]) >= survivor+100
+	})
 	load.stop()
 
 	failed, bad := load.faults()
