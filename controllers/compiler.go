@@ -120,6 +120,12 @@ func (c *compiler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 
 // list reads every quota object of ns from the cache.
 func (c *compiler) list(ctx context.Context, ns string) ([]runtime.Object, error) {
+	return ListQuotaObjects(ctx, c.client, ns)
+}
+
+// ListQuotaObjects reads every quota object of namespace ns from r (the
+// manager's cache, or the API server): what the plane of ns compiles from.
+func ListQuotaObjects(ctx context.Context, r client.Reader, ns string) ([]runtime.Object, error) {
 	var (
 		planes    v1alpha1.QuotaPlaneList
 		tenants   v1alpha1.TenantQuotaList
@@ -127,7 +133,7 @@ func (c *compiler) list(ctx context.Context, ns string) ([]runtime.Object, error
 		pools     v1alpha1.BurstPoolList
 	)
 	for _, l := range []client.ObjectList{&planes, &tenants, &endpoints, &pools} {
-		if err := c.client.List(ctx, l, client.InNamespace(ns)); err != nil {
+		if err := r.List(ctx, l, client.InNamespace(ns)); err != nil {
 			return nil, fmt.Errorf("list the quota objects of namespace %s: %w", ns, err)
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quotaplane/quotaplane/api/v1alpha1"
+	"github.com/quotaplane/quotaplane/controllers"
 	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/poll"
@@ -912,31 +913,12 @@ func TestHandoverUnderEdits(t *testing.T) {
 }
 
 // listPlaneObjects reads the quota objects of namespace ns from the API
-// server.
+// server, as the manager compiles them.
 func listPlaneObjects(t *testing.T, c client.Client, ns string) []runtime.Object {
 	t.Helper()
-	ctx := context.Background()
-	var objs []runtime.Object
-	var planes v1alpha1.QuotaPlaneList
-	var tenants v1alpha1.TenantQuotaList
-	var endpoints v1alpha1.EndpointQuotaList
-	var pools v1alpha1.BurstPoolList
-	for _, l := range []client.ObjectList{&planes, &tenants, &endpoints, &pools} {
-		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range planes.Items {
-		objs = append(objs, &planes.Items[i])
-	}
-	for i := range tenants.Items {
-		objs = append(objs, &tenants.Items[i])
-	}
-	for i := range endpoints.Items {
-		objs = append(objs, &endpoints.Items[i])
-	}
-	for i := range pools.Items {
-		objs = append(objs, &pools.Items[i])
+	objs, err := controllers.ListQuotaObjects(context.Background(), c, ns)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return objs
 }
