@@ -34,6 +34,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kubeconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -437,6 +438,28 @@ func start(t *testing.T, bin string, env []string, args ...string) *process {
 		}
 	})
 	return p
+}
+
+// createSamples creates namespace ns and the sample plane's objects in it
+// (config/samples) on the API server, and returns them (namespaced).
+func createSamples(t *testing.T, c client.Client, ns string) []runtime.Object {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := policy.ReadDir(filepath.Join(testenv.Root(), "config", "samples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		obj := o.(client.Object)
+		obj.SetNamespace(ns)
+		if err := c.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return objs
 }
 
 func freePort(t *testing.T) string { return strconv.Itoa(testport.Free(t)) }

@@ -25,7 +25,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
@@ -763,20 +762,7 @@ func TestHandoverUnderEdits(t *testing.T) {
 		enforcers = append(enforcers, e)
 	}
 	ctx := context.Background()
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := policy.ReadDir(filepath.Join(testenv.Root(), "config", "samples"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		obj := o.(client.Object)
-		obj.SetNamespace(ns)
-		if err := env.Client.Create(ctx, obj.DeepCopyObject().(client.Object)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	objs := createSamples(t, env.Client, ns)
 	s, err := store.New(r.Client(), plane, store.WithPollInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -6,14 +6,9 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quotaplane/quotaplane/pkg/authn/authntest"
 	"github.com/quotaplane/quotaplane/pkg/keyspace"
@@ -95,20 +90,7 @@ func TestTrustEndToEnd(t *testing.T) {
 		"-policy-public-key-file", authntest.Write(t, dir, "public.pem", publicPEM),
 		"-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin, "-grpc-listen", "127.0.0.1:0", "-drain", "0s")...)
 
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := policy.ReadDir(filepath.Join(testenv.Root(), "config", "samples"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		obj := o.(client.Object)
-		obj.SetNamespace(ns)
-		if err := env.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
+	objs := createSamples(t, env.Client, ns)
 	want, problems := policy.Compile(objs)
 	if len(problems) > 0 {
 		t.Fatal(problems)

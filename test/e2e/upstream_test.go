@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -104,21 +103,9 @@ func TestUpstreamOutageEndToEnd(t *testing.T) {
 		start(t, bins["enforcer"], nil, "-redis-addr", r.Addr, "-plane", plane, "-node-id", e.id, "-listen", e.api, "-admin-listen", e.admin, "-grpc-listen", "127.0.0.1:0", "-drain", "0s")
 		enforcers = append(enforcers, e)
 	}
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 
 	// The sample plane, published and run by both enforcers.
-	objs, err := policy.ReadDir(filepath.Join(testenv.Root(), "config", "samples"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		o.(client.Object).SetNamespace(ns)
-		if err := env.Client.Create(ctx, o.(client.Object)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	objs := createSamples(t, env.Client, ns)
 	want, _ := policy.Compile(objs)
 	s, err := store.New(r.Client(), plane)
 	if err != nil {
