@@ -55,12 +55,17 @@ func New(e *enforcer.Engine, o policy.Overrides, loads *prometheus.CounterVec, l
 // Ready reports whether a good policy from the source is in force.
 func (l *Loader) Ready() bool { return l.ready.Load() }
 
-// Apply puts source policy p in force, with the overrides, when its
-// content differs from the last one applied, and reports whether it did.
+// Apply puts source policy p in force, with the overrides, unless it is
+// the version last applied (its content and its number), and reports
+// whether it did. The same content as a new version is put in force too:
+// the manager republishes what Redis lost (a restart without persistence)
+// as a version above the last, and the enforcer must report that version,
+// or the plane shows it lagging until the next edit. A swap to the same
+// content keeps every bucket.
 func (l *Loader) Apply(p *policy.Policy) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if p.Hash() == l.lastSource && l.ready.Load() {
+	if p.Hash() == l.lastSource && p.Version() == l.version && l.ready.Load() {
 		return false, nil
 	}
 	q, err := p.Override(l.overrides)

@@ -22,6 +22,7 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/enforcer"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
+	"github.com/quotaplane/quotaplane/pkg/poll"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 	"github.com/quotaplane/quotaplane/pkg/store"
 )
@@ -220,6 +221,27 @@ func TestWatchStore(t *testing.T) {
 	if v := e.Policy().Version(); v != 2 {
 		t.Fatalf("a corrupt version changed the policy to %d", v)
 	}
+
+	// Redis loses its data and the manager republishes the same content as
+	// version 4: the enforcer runs and reports version 4, its buckets kept
+	// (the 9 tokens of tenant a stay spent).
+	if err := srv.Client().FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := s.Publish(ctx, compile(9), store.Above(3)); err != nil || v != 4 {
+		t.Fatalf("republished as version %d (%v), want 4", v, err)
+	}
+	waitCount(t, loads, "ok", 2)
+	if v := e.Policy().Version(); v != 4 {
+		t.Fatalf("version %d after the same content was republished as version 4", v)
+	}
+	if got := admits(t, e, "a", 20); got != 0 {
+		t.Fatalf("tenant a admitted %d after the republish, want 0: the same content keeps its buckets", got)
+	}
+	poll.Until(t, 5*time.Second, "the enforcer reports version 4", func() bool {
+		reports, err := s.Enforcers(ctx)
+		return err == nil && len(reports) == 1 && reports[0].PolicyVersion == 4
+	})
 }
 
 // TestOverridesApplyToEveryLoad: the enforcer's flags override every
