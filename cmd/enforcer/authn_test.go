@@ -309,8 +309,8 @@ func TestAdminBeyondLoopback(t *testing.T) {
 		host, path string
 		want       int
 	}{
-		{outside, "/readyz", 200}, {outside, "/metrics", 200}, {outside, "/quota/debug?tenant=acme", 403}, {outside, "/quota/ui", 403},
-		{"127.0.0.1", "/quota/debug?tenant=acme", 200}, {"127.0.0.1", "/quota/ui", 200},
+		{outside, "/readyz", 200}, {outside, "/metrics", 200}, {outside, "/quota/debug?tenant=acme", 403}, {outside, "/quota/ui", 403}, {outside, "/debug/pprof/heap", 403},
+		{"127.0.0.1", "/quota/debug?tenant=acme", 200}, {"127.0.0.1", "/quota/ui", 200}, {"127.0.0.1", "/debug/pprof/heap?debug=1", 200},
 	} {
 		if got := get(p, c.host, c.path, ""); got != c.want {
 			t.Errorf("no token file: GET %s from %s = %d, want %d", c.path, c.host, got, c.want)
@@ -328,7 +328,7 @@ func TestAdminBeyondLoopback(t *testing.T) {
 	}{
 		{"/readyz", "", 200}, {"/metrics", "", 401}, {"/quota/debug?tenant=acme", "", 401},
 		{"/metrics", "admin-token-0123456789", 200}, {"/quota/debug?tenant=acme", "admin-token-0123456789", 200}, {"/quota/debug?tenant=acme", "wrong", 401},
-		{"/quota/ui", "", 401}, {"/quota/ui", "admin-token-0123456789", 200},
+		{"/quota/ui", "", 401}, {"/quota/ui", "admin-token-0123456789", 200}, {"/debug/pprof/heap", "", 401},
 	} {
 		if got := get(q, outside, c.path, c.token); got != c.want {
 			t.Errorf("with a token file: GET %s (token %q) = %d, want %d", c.path, c.token, got, c.want)

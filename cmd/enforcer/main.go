@@ -84,9 +84,9 @@ func run() error {
 	authFlags(&apiAuth, "", "QUOTAPLANE_", "API")
 	authFlags(&grpcAuth, "grpc-", "QUOTAPLANE_GRPC_", "gRPC")
 	adminListen := flag.String("admin-listen", envflag.String("QUOTAPLANE_ADMIN_LISTEN", "127.0.0.1:9090"),
-		"admin listen address: /healthz, /readyz, /metrics, /quota/debug, /quota/ui; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
+		"admin listen address: /healthz, /readyz, /metrics, /quota/debug, /quota/ui, /debug/pprof/; keep it private [QUOTAPLANE_ADMIN_LISTEN]")
 	adminTokenFile := flag.String("admin-token-file", envflag.String("QUOTAPLANE_ADMIN_TOKEN_FILE", ""),
-		"require on the admin listener, but for /healthz and /readyz, \"Authorization: Bearer <token>\" with a token of this file (one per line); without it, /quota/debug and /quota/ui answer only clients on loopback [QUOTAPLANE_ADMIN_TOKEN_FILE]")
+		"require on the admin listener, but for /healthz and /readyz, \"Authorization: Bearer <token>\" with a token of this file (one per line); without it, /quota/debug, /quota/ui and /debug/pprof/ answer only clients on loopback [QUOTAPLANE_ADMIN_TOKEN_FILE]")
 	reloadEvery := flag.Duration("reload-interval", envflag.Duration("QUOTAPLANE_RELOAD_INTERVAL", 2*time.Second),
 		"how often -policy DIR is read again besides its file watch [QUOTAPLANE_RELOAD_INTERVAL]")
 	var o policy.Overrides
@@ -348,19 +348,19 @@ func httpAuth(c authn.Config) (*tls.Config, *authn.Tokens, error) {
 // guardAdmin guards the admin listener: the probes (/healthz, /readyz)
 // are open to all; with tokens, everything else requires one; without,
 // /metrics is open (Prometheus, which the manifests' NetworkPolicy lets
-// in) and /quota/debug and /quota/ui, which show tenants' live state,
-// answer only clients on loopback (a shell in the pod, kubectl
-// port-forward).
+// in) and /quota/debug and /quota/ui, which show tenants' live state, and
+// /debug/pprof/, whose profiles show them too (and cost CPU), answer only
+// clients on loopback (a shell in the pod, kubectl port-forward).
 func guardAdmin(next http.Handler, tokens *authn.Tokens) http.Handler {
 	guarded := authn.HTTP(next, tokens)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz":
 			next.ServeHTTP(w, r)
-		case tokens == nil && strings.HasPrefix(r.URL.Path, "/quota/") && !fromLoopback(r):
+		case tokens == nil && (strings.HasPrefix(r.URL.Path, "/quota/") || strings.HasPrefix(r.URL.Path, "/debug/")) && !fromLoopback(r):
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusForbidden)
-			_, _ = io.WriteString(w, `{"error":"/quota/debug and /quota/ui show tenants' state: they answer clients on loopback (kubectl port-forward) or, with -admin-token-file, a bearer token"}`+"\n")
+			_, _ = io.WriteString(w, `{"error":"/quota/debug, /quota/ui and /debug/pprof/ show tenants' state: they answer clients on loopback (kubectl port-forward) or, with -admin-token-file, a bearer token"}`+"\n")
 		default:
 			guarded.ServeHTTP(w, r)
 		}

@@ -50,6 +50,7 @@ func run() error {
 		redisFlags  = redisconn.Register(flag.CommandLine, "Redis host:port holding the policy store")
 		metricsAddr = flag.String("metrics-bind-address", envflag.String("QUOTAPLANE_METRICS_BIND_ADDRESS", ":8080"), "where /metrics listens; 0 turns it off [QUOTAPLANE_METRICS_BIND_ADDRESS]")
 		probeAddr   = flag.String("health-probe-bind-address", envflag.String("QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS", ":8081"), "where /healthz and /readyz listen [QUOTAPLANE_HEALTH_PROBE_BIND_ADDRESS]")
+		pprofAddr   = flag.String("pprof-bind-address", envflag.String("QUOTAPLANE_PPROF_BIND_ADDRESS", "0"), "where Go's profiles (/debug/pprof/) listen, unauthenticated: keep it on loopback; 0, the default, turns them off [QUOTAPLANE_PPROF_BIND_ADDRESS]")
 		leaderElect = flag.Bool("leader-elect", envflag.Bool("QUOTAPLANE_LEADER_ELECT", false), "elect one active manager among replicas (a Lease) [QUOTAPLANE_LEADER_ELECT]")
 		leaderNS    = flag.String("leader-election-namespace", envflag.String("QUOTAPLANE_LEADER_ELECTION_NAMESPACE", ""), "namespace of the leader Lease (default: the pod's own) [QUOTAPLANE_LEADER_ELECTION_NAMESPACE]")
 		leaseFor    = flag.Duration("leader-lease-duration", envflag.Duration("QUOTAPLANE_LEADER_LEASE_DURATION", 15*time.Second), "how long a standby waits after the leader's last renewal before it takes over: a killed leader's edits wait this long [QUOTAPLANE_LEADER_LEASE_DURATION]")
@@ -98,6 +99,7 @@ func run() error {
 		Scheme:                        controllers.NewScheme(),
 		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress:        *probeAddr,
+		PprofBindAddress:              *pprofAddr,
 		LeaderElection:                *leaderElect,
 		LeaderElectionID:              "quotaplane-manager.quotaplane.io",
 		LeaderElectionNamespace:       *leaderNS,

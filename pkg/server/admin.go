@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,8 +38,9 @@ const debugReadTimeout = 2 * time.Second
 // probes use and which must not face clients: GET /healthz (the process
 // serves), GET /readyz (ready reports a good policy loaded), GET /metrics
 // (Prometheus), GET /quota/debug?tenant=X (the tenant's live state and,
-// in the distributed modes, the fleet's) and GET /quota/ui (the live view
-// of the plane, HTML: ui.go).
+// in the distributed modes, the fleet's), GET /quota/ui (the live view
+// of the plane, HTML: ui.go) and /debug/pprof/ (Go's profiles: the soak
+// diffs heap profiles taken an hour apart).
 func NewAdmin(e *enforcer.Engine, m *Metrics, ready func() bool, opts ...AdminOption) http.Handler {
 	var cfg adminConfig
 	for _, o := range opts {
@@ -62,9 +64,12 @@ func NewAdmin(e *enforcer.Engine, m *Metrics, ready func() bool, opts ...AdminOp
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /quota/debug", func(w http.ResponseWriter, r *http.Request) { debug(w, r, e, &cfg) })
-	mux.Handle("GET /quota/ui", newUI(e, &cfg)) // the live view (ui.go)
+	mux.Handle("GET /quota/ui", newUI(e, &cfg))      // the live view (ui.go)
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // heap, goroutine, allocs, ... by name
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the admin listener serves GET /healthz, /readyz, /metrics, /quota/debug?tenant=X and /quota/ui", r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %q: the admin listener serves GET /healthz, /readyz, /metrics, /quota/debug?tenant=X, /quota/ui and /debug/pprof/", r.URL.Path))
 	})
 	return mux
 }

@@ -126,6 +126,12 @@ type loadConfig struct {
 	workers, hotEvery, hotUnits int
 	// route picks the enforcer of the nth request (nil: send none now).
 	route func(n int) *enforcerNode
+	// span is how long the tally keeps windows for (0: a minute); later
+	// answers count in the last window.
+	span time.Duration
+	// noHotLog keeps no log of the hot tenant's admissions (a soak's would
+	// grow for an hour).
+	noHotLog bool
 }
 
 type loadWindowCounts struct {
@@ -146,10 +152,10 @@ type loadRun struct {
 	stopc chan struct{}
 	wg    sync.WaitGroup
 
-	windows  [240]loadWindowCounts // 60 s
-	hotFirst atomic.Int64          // ns after begin of the first hot request sent, +1
-	hotLast  atomic.Int64          // ns after begin of the last hot answer
-	slowest  atomic.Int64          // ns: the longest wait for an answer
+	windows  []loadWindowCounts // cfg.span's worth
+	hotFirst atomic.Int64       // ns after begin of the first hot request sent, +1
+	hotLast  atomic.Int64       // ns after begin of the last hot answer
+	slowest  atomic.Int64       // ns: the longest wait for an answer
 
 	mu     sync.Mutex
 	hotLog map[string][]admission // the hot tenant's admissions, by enforcer
@@ -159,9 +165,13 @@ type loadRun struct {
 }
 
 func startLoad(cfg loadConfig) *loadRun {
+	if cfg.span == 0 {
+		cfg.span = time.Minute
+	}
 	l := &loadRun{cfg: cfg, begin: time.Now(), stopc: make(chan struct{}),
-		hotLog: map[string][]admission{},
-		failed: map[string]int{}, bad: map[string]int{}, served: map[string]int{}}
+		windows: make([]loadWindowCounts, int(cfg.span/loadWindow)+1),
+		hotLog:  map[string][]admission{},
+		failed:  map[string]int{}, bad: map[string]int{}, served: map[string]int{}}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var seq atomic.Int64
 	for range cfg.workers {
@@ -205,9 +215,11 @@ func startLoad(cfg loadConfig) *loadRun {
 				switch {
 				case resp.StatusCode == http.StatusOK && hot:
 					w.hotTokens.Add(int64(units))
-					l.mu.Lock()
-					l.hotLog[e.id] = append(l.hotLog[e.id], admission{time.Now(), int64(units)})
-					l.mu.Unlock()
+					if !cfg.noHotLog {
+						l.mu.Lock()
+						l.hotLog[e.id] = append(l.hotLog[e.id], admission{time.Now(), int64(units)})
+						l.mu.Unlock()
+					}
 				case resp.StatusCode == http.StatusOK:
 					w.admitted.Add(1)
 				case resp.StatusCode == http.StatusTooManyRequests && hot:
