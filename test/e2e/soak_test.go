@@ -422,7 +422,9 @@ func checkFlat(t *testing.T, readings []soakReading, targets []soakTarget) {
 // span is a time range of the load, from its start.
 type span struct{ from, to time.Duration }
 
-func (s span) String() string { return s.from.Round(time.Second).String() + "–" + s.to.Round(time.Second).String() }
+func (s span) String() string {
+	return s.from.Round(time.Second).String() + "–" + s.to.Round(time.Second).String()
+}
 
 // quietSpans are the gaps between events (and the soak's end) longer
 // than settle, less the settle time after each event (the first: after
