@@ -17,14 +17,24 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
 // span is how many ports below the ephemeral range Free picks from.
 const span = 12000
 
+// given are the ports Free handed out in this process: tests running in
+// parallel each get ports of their own, not one another's, whose servers
+// have not bound them yet.
+var given struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // Free returns a TCP port on 127.0.0.1 that no one listened on a moment
-// ago, below the kernel's ephemeral range.
+// ago and that Free did not hand out before in this process, below the
+// kernel's ephemeral range.
 func Free(t testing.TB) int {
 	t.Helper()
 	low := ephemeralLow()
@@ -35,7 +45,9 @@ func Free(t testing.TB) int {
 		p := low - span + rand.IntN(span)
 		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
 			l.Close()
-			return p
+			if take(p) {
+				return p
+			}
 		}
 	}
 	t.Fatalf("testport: no free port in %d-%d", low-span, low-1)
@@ -67,4 +79,18 @@ func kernelPort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// take records p as handed out, unless it was already.
+func take(p int) bool {
+	given.Lock()
+	defer given.Unlock()
+	if given.ports[p] {
+		return false
+	}
+	if given.ports == nil {
+		given.ports = map[int]bool{}
+	}
+	given.ports[p] = true
+	return true
 }

@@ -22,3 +22,17 @@ func TestFreeIsBelowTheEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestFreeNeverRepeats: tests running in parallel in one process never get
+// the same port (500 picks from 12,000 ports would repeat one by chance
+// with a probability above 99.99 %).
+func TestFreeNeverRepeats(t *testing.T) {
+	seen := map[int]bool{}
+	for range 500 {
+		p := Free(t)
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+}

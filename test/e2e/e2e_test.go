@@ -12,6 +12,13 @@
 //	QUOTAPLANE_E2E_REDIS          host:port of the cluster's Redis (a port-forward)
 //	QUOTAPLANE_REDIS_PASSWORD     its password, if it has one
 //	QUOTAPLANE_E2E_ENFORCERS      every enforcer pod as name=API-host:port/admin-host:port, comma-separated (port-forwards)
+//
+// The tests whose bounds are timings (failover_test.go's, a leader's
+// takeover among them, toxiproxy_test.go's, outage_test.go's) run one at a
+// time, first; the others (the chain, observability, trust, the upstream,
+// the soak) then run two at a time (go test's -parallel, the cores): each
+// starts its own API server, Redis and processes on ports of its own, and
+// together they take about as long as the soak alone.
 package e2e
 
 import (
@@ -67,6 +74,7 @@ type chain struct {
 }
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel() // bounds no timing (package doc)
 	var c *chain
 	if os.Getenv("QUOTAPLANE_E2E_CLUSTER") != "" {
 		c = clusterChain(t)

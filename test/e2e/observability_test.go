@@ -64,6 +64,7 @@ import (
 // Without prometheus and promtool on PATH (make prometheus installs them)
 // it skips, and fails under CI=true.
 func TestObservability(t *testing.T) {
+	t.Parallel() // bounds no timing (package doc)
 	if os.Getenv("QUOTAPLANE_E2E_CLUSTER") != "" {
 		t.Skip("starts its own chain and stops its Redis")
 	}

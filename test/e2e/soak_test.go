@@ -85,6 +85,7 @@ type soakFleet struct {
 // (hack/chaos/soak.sh diffs them).
 func TestSoak(t *testing.T) {
 	skipFaults(t)
+	t.Parallel() // with the other tests that bound no timing (package doc)
 	soak := soakDuration(t)
 	editEvery, redisEvery, enforcerEvery := max(2*time.Second, soak/360), soak/12, soak/6
 	bins := build(t, "manager", "enforcer")

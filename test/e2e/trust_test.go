@@ -27,6 +27,7 @@ import (
 // decided on; Redis denied neither user anything (ACL LOG empty); neither
 // password appears in either process's output.
 func TestTrustEndToEnd(t *testing.T) {
+	t.Parallel() // bounds no timing (package doc)
 	const (
 		ns               = "trust"
 		managerPassword  = "manager-password-never-logged"

@@ -45,6 +45,7 @@ const upstreamSpeed = 10
 // enforcers are the real binary on real time: the plan is what they share
 // with the manager, published at Redis TIME.
 func TestUpstreamOutageEndToEnd(t *testing.T) {
+	t.Parallel() // bounds no timing (package doc)
 	if os.Getenv("QUOTAPLANE_E2E_CLUSTER") != "" {
 		t.Skip("the fake upstream and the manager's fast clock live in this process; a cluster's manager cannot reach them")
 	}
