@@ -121,9 +121,10 @@ const loadWindow = 250 * time.Millisecond
 
 // loadConfig is an HTTP load: workers each send a request every 10 ms;
 // every hotEvery-th is the hot tenant's (hotUnits units, one api key), the
-// others come from 600 background tenants far under their limits.
+// others come from background tenants (600 unless set) far under their
+// limits.
 type loadConfig struct {
-	workers, hotEvery, hotUnits int
+	workers, hotEvery, hotUnits, background int
 	// route picks the enforcer of the nth request (nil: send none now).
 	route func(n int) *enforcerNode
 	// span is how long the tally keeps windows for (0: a minute); later
@@ -168,6 +169,9 @@ func startLoad(cfg loadConfig) *loadRun {
 	if cfg.span == 0 {
 		cfg.span = time.Minute
 	}
+	if cfg.background == 0 {
+		cfg.background = 600
+	}
 	l := &loadRun{cfg: cfg, begin: time.Now(), stopc: make(chan struct{}),
 		windows: make([]loadWindowCounts, int(cfg.span/loadWindow)+1),
 		hotLog:  map[string][]admission{},
@@ -190,7 +194,7 @@ func startLoad(cfg loadConfig) *loadRun {
 					continue
 				}
 				hot := n%cfg.hotEvery == 0
-				tenant, units := fmt.Sprintf("bg-%d", n%600), 1
+				tenant, units := fmt.Sprintf("bg-%d", n%cfg.background), 1
 				if hot {
 					tenant, units = "hot", cfg.hotUnits
 					l.hotFirst.CompareAndSwap(0, int64(time.Since(l.begin))+1)
