@@ -11,12 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/keyspace"
+	"github.com/quotaplane/quotaplane/pkg/lua"
 )
 
 // EnforcersKey names the hash where a plane's enforcers report what they
 // loaded: field the enforcer's id, value "version:decisions per second:ms
-// until which the report holds" (Redis hashes expire as a whole, so each
-// report carries its own expiry; Report drops the lapsed ones).
+// of Redis TIME until which the report holds" (Redis hashes expire as a
+// whole, so each report carries its own expiry; Report drops the lapsed
+// ones).
 func EnforcersKey(plane string) string { return keyspace.Enforcers(plane) }
 
 // EnforcerStatesKey names the hash beside EnforcersKey where each enforcer
@@ -54,7 +56,9 @@ func (s *Store) Report(ctx context.Context, id string, version int64, decisionsP
 // ReportState records r (but its Until) for ttl: an enforcer renews it
 // every heartbeat; the manager reads the reports with Enforcers, and the
 // enforcers' debug view shows them as the fleet. A report with a Mode
-// records the state too.
+// records the state too. The report lapses ttl after Redis's now (TIME),
+// not the host's: liveness is judged on one clock (report.lua, which also
+// drops the reports that lapsed).
 func (s *Store) ReportState(ctx context.Context, r EnforcerReport, ttl time.Duration) error {
 	if r.ID == "" || strings.Contains(r.ID, ":") {
 		return fmt.Errorf("store: plane %q: enforcer id %q: it must be non-empty and without ':'", s.plane, r.ID)
@@ -62,94 +66,46 @@ func (s *Store) ReportState(ctx context.Context, r EnforcerReport, ttl time.Dura
 	if strings.Contains(r.Mode, ":") {
 		return fmt.Errorf("store: plane %q: enforcer %s: mode %q has a ':'", s.plane, r.ID, r.Mode)
 	}
-	now := time.Now()
-	value := fmt.Sprintf("%d:%g:%d", r.PolicyVersion, r.DecisionsPerSec, now.Add(ttl).UnixMilli())
-	key, states := EnforcersKey(s.plane), EnforcerStatesKey(s.plane)
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, r.ID, value)
-		if r.Mode != "" {
-			degraded := "0"
-			if r.Degraded {
-				degraded = "1"
-			}
-			p.HSet(ctx, states, r.ID, r.Mode+":"+degraded)
-		} else {
-			p.HDel(ctx, states, r.ID)
+	var state string
+	if r.Mode != "" {
+		state = r.Mode + ":0"
+		if r.Degraded {
+			state = r.Mode + ":1"
 		}
-		// The hashes live as long as their longest report does (NX sets
-		// a new hash's expiry, GT only ever lengthens it: a report with a
-		// short ttl must not take the others with it); lapsed reports
-		// are dropped one by one below.
-		hold := max((2 * ttl).Milliseconds(), 1)
-		for _, k := range []string{key, states} {
-			p.Do(ctx, "PEXPIRE", k, hold, "NX")
-			p.Do(ctx, "PEXPIRE", k, hold, "GT")
-		}
-		return nil
-	})
+	}
+	_, err := lua.RunReport(ctx, s.client, EnforcersKey(s.plane), EnforcerStatesKey(s.plane),
+		lua.ReportArgs{ID: r.ID, Version: r.PolicyVersion, Rate: r.DecisionsPerSec, TTLMs: max(ttl.Milliseconds(), 1), State: state})
 	if err != nil {
 		return fmt.Errorf("store: plane %q: report enforcer %s: %w", s.plane, r.ID, err)
-	}
-	reports, err := s.reports(ctx, now)
-	if err != nil {
-		return err
-	}
-	if len(reports.lapsed) > 0 || len(reports.orphans) > 0 {
-		_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			if len(reports.lapsed) > 0 {
-				p.HDel(ctx, key, reports.lapsed...)
-				p.HDel(ctx, states, reports.lapsed...)
-			}
-			if len(reports.orphans) > 0 {
-				p.HDel(ctx, states, reports.orphans...)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("store: plane %q: drop lapsed enforcer reports: %w", s.plane, err)
-		}
 	}
 	return nil
 }
 
-// Enforcers returns the reports that have not lapsed, sorted by id.
+// Enforcers returns the reports that have not lapsed by Redis's clock
+// (TIME, read with them), sorted by id. Until is on that clock too.
 func (s *Store) Enforcers(ctx context.Context) ([]EnforcerReport, error) {
-	r, err := s.reports(ctx, time.Now())
-	return r.live, err
-}
-
-type reports struct {
-	live    []EnforcerReport
-	lapsed  []string // reports (and their states) to drop
-	orphans []string // states without a report
-}
-
-func (s *Store) reports(ctx context.Context, now time.Time) (reports, error) {
 	var all, states *redis.MapStringStringCmd
+	var now *redis.TimeCmd
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		all = p.HGetAll(ctx, EnforcersKey(s.plane))
 		states = p.HGetAll(ctx, EnforcerStatesKey(s.plane))
+		now = p.Time(ctx)
 		return nil
 	})
 	if err != nil {
-		return reports{}, fmt.Errorf("store: plane %q: read enforcer reports: %w", s.plane, err)
+		return nil, fmt.Errorf("store: plane %q: read enforcer reports: %w", s.plane, err)
 	}
-	var r reports
+	var live []EnforcerReport
 	for id, value := range all.Val() {
 		report, ok := parseReport(id, value, states.Val()[id])
-		if !ok || report.Until.Before(now) {
-			r.lapsed = append(r.lapsed, id) // lapsed, or not a report: drop it
-			continue
-		}
-		r.live = append(r.live, report)
-	}
-	for id := range states.Val() {
-		if _, ok := all.Val()[id]; !ok {
-			r.orphans = append(r.orphans, id)
+		// Lapsed (by report.lua's measure: in whole ms), or not a report:
+		// report.lua drops it.
+		if ok && !report.Until.Before(now.Val().Truncate(time.Millisecond)) {
+			live = append(live, report)
 		}
 	}
-	slices.SortFunc(r.live, func(a, b EnforcerReport) int { return strings.Compare(a.ID, b.ID) })
-	return r, nil
+	slices.SortFunc(live, func(a, b EnforcerReport) int { return strings.Compare(a.ID, b.ID) })
+	return live, nil
 }
 
 // parseReport reads a report's value and its state (empty when there is
