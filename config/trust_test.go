@@ -194,14 +194,42 @@ func TestHelmTrust(t *testing.T) {
 		t.Fatalf("helm lint: %v\n%s%s", err, out, errOut)
 	}
 	objs := helmTemplate(t, helm, "quota", "trust-values.yaml")
-	m := index(t, objs)
+	checkTrusted(t, index(t, objs), "quota", "redis-client-tls", "redis.internal")
+	if _, _, err := runHelm(t, helm, "template", "quotaplane", chartDir(), "--set", "redis.tls.enabled=true"); err == nil {
+		t.Error("redis.tls.enabled with the trial Redis renders: it should fail (the trial Redis speaks plain text)")
+	}
+
+	env := testenv.Start(t)
+	ctx := t.Context()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "quota"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
+		if u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "ServiceMonitor" || u.GetKind() == "PrometheusRule" {
+			continue
+		}
+		if err := env.Client.Create(ctx, u.DeepCopy(), client.DryRunAll, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+			t.Errorf("%s: the API server rejected it: %v", describe(u), err)
+		}
+	}
+}
+
+// checkTrusted: every trust option is on in the Deployments of m in
+// namespace: the manager and the enforcers log in as their ACL users with
+// their Secret's password, reach Redis over TLS with the CA and a client
+// certificate of Secret tlsSecret (the certificate naming serverName; ""
+// for the address's host), and the manager signs with the private key of
+// a Secret the enforcers do not mount, whose public key they load from a
+// ConfigMap.
+func checkTrusted(t *testing.T, m manifests, namespace, tlsSecret, serverName string) {
+	t.Helper()
 	for _, c := range []struct {
 		name, user, passwordKey, keyEnv, keyFile, keyVolume string
 	}{
 		{managerName, "quotaplane-manager", "manager-password", "QUOTAPLANE_POLICY_SIGNING_KEY_FILE", "/etc/quotaplane/policy-signing/signing.pem", "quotaplane-policy-signing"},
 		{enforcerName, "quotaplane-enforcer", "enforcer-password", "QUOTAPLANE_POLICY_PUBLIC_KEY_FILE", "/etc/quotaplane/policy-signing/public.pem", "quotaplane-policy-public-key"},
 	} {
-		d := deployment(t, m, "quota", c.name)
+		d := deployment(t, m, namespace, c.name)
 		if got := envValue(t, d, "QUOTAPLANE_REDIS_USERNAME"); got != c.user {
 			t.Errorf("%s: QUOTAPLANE_REDIS_USERNAME %q, want %q", c.name, got, c.user)
 		}
@@ -211,7 +239,7 @@ func TestHelmTrust(t *testing.T) {
 		for env, want := range map[string]string{
 			"QUOTAPLANE_REDIS_TLS": "true", "QUOTAPLANE_REDIS_CA_FILE": "/etc/quotaplane/redis-tls/ca.crt",
 			"QUOTAPLANE_REDIS_CERT_FILE": "/etc/quotaplane/redis-tls/tls.crt", "QUOTAPLANE_REDIS_KEY_FILE": "/etc/quotaplane/redis-tls/tls.key",
-			"QUOTAPLANE_REDIS_TLS_SERVER_NAME": "redis.internal", c.keyEnv: c.keyFile,
+			"QUOTAPLANE_REDIS_TLS_SERVER_NAME": serverName, c.keyEnv: c.keyFile,
 		} {
 			if got := envValue(t, d, env); got != want {
 				t.Errorf("%s: %s = %q, want %q", c.name, env, got, want)
@@ -226,8 +254,8 @@ func TestHelmTrust(t *testing.T) {
 			volumes[v.Name] = v
 		}
 		tlsVolume, signingVolume := volumes[mounts["/etc/quotaplane/redis-tls"]], volumes[mounts["/etc/quotaplane/policy-signing"]]
-		if tlsVolume.Secret == nil || tlsVolume.Secret.SecretName != "redis-client-tls" {
-			t.Errorf("%s: /etc/quotaplane/redis-tls is not Secret redis-client-tls: %+v", c.name, tlsVolume)
+		if tlsVolume.Secret == nil || tlsVolume.Secret.SecretName != tlsSecret {
+			t.Errorf("%s: /etc/quotaplane/redis-tls is not Secret %s: %+v", c.name, tlsSecret, tlsVolume)
 		}
 		var source string
 		var items []corev1.KeyToPath
@@ -244,17 +272,25 @@ func TestHelmTrust(t *testing.T) {
 			t.Errorf("the enforcers mount a Secret for the public key: they must hold no private key")
 		}
 	}
-	if _, _, err := runHelm(t, helm, "template", "quotaplane", chartDir(), "--set", "redis.tls.enabled=true"); err == nil {
-		t.Error("redis.tls.enabled with the trial Redis renders: it should fail (the trial Redis speaks plain text)")
-	}
+}
+
+// TestKustomizeTrust: the kustomize components of config/components, all
+// four over config/default (testdata/trusted), build, turn on what the
+// chart's trust values turn on (the same checks), and the API server
+// accepts what they render.
+func TestKustomizeTrust(t *testing.T) {
+	kustomize := tool(t, "KUSTOMIZE", "installs kustomize")
+	objs := kustomizeBuild(t, kustomize, filepath.Join(testenv.Root(), "config", "components", "testdata", "trusted"))
+	namespace := defaultNamespace(t, testenv.Root())
+	checkTrusted(t, index(t, objs), namespace, "quotaplane-redis-tls", "")
 
 	env := testenv.Start(t)
 	ctx := t.Context()
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "quota"}}); err != nil {
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range objs {
-		if u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "ServiceMonitor" || u.GetKind() == "PrometheusRule" {
+		if u.GetKind() == "CustomResourceDefinition" || u.GetKind() == "Namespace" {
 			continue
 		}
 		if err := env.Client.Create(ctx, u.DeepCopy(), client.DryRunAll, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
