@@ -40,7 +40,9 @@ func TestEnforcerClientReportsReadOnly(t *testing.T) {
 		do      func(context.Context) error
 	}{
 		{"enforcer", false, func(ctx context.Context) error { return enf.Set(ctx, "x", 1, 0).Err() }},
-		{"manager", true, func(ctx context.Context) error { return client(t, "-redis-addr", replica.Addr).Set(ctx, "x", 1, 0).Err() }},
+		{"manager", true, func(ctx context.Context) error {
+			return client(t, "-redis-addr", replica.Addr).Set(ctx, "x", 1, 0).Err()
+		}},
 	} {
 		before := replica.InfoCount("errorstats", "errorstat_READONLY")
 		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
