@@ -68,10 +68,14 @@ func TestTrialRedisACLRules(t *testing.T) {
 
 // TestTrialRedisScript runs the trial Redis container's own script with the
 // real redis-server (on a free loopback port: a wrapper adds --port and
-// --bind, which win over the script's defaults): with the Secret's three
-// passwords, the default user and both component users log in, each with
-// the rules of pkg/keyspace, and the enforcer cannot write the policy;
-// without the component passwords there are no component users.
+// --bind, which win over the script's defaults), the Secret's keys as files
+// in a directory (passwords with a space, a quote and a backslash): with
+// the three passwords, the default user and both component users log in,
+// each with the rules of pkg/keyspace, and the enforcer cannot write the
+// policy; without the component passwords there are no component users.
+// No password is on the server's command line or in its environment, nor
+// in the container's: they reach Redis through the config file the script
+// writes, in a memory volume.
 func TestTrialRedisScript(t *testing.T) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -82,9 +86,21 @@ func TestTrialRedisScript(t *testing.T) {
 	if len(c.Command) != 2 || c.Command[0] != "sh" || len(c.Args) != 1 {
 		t.Fatalf("the trial Redis runs %q %q, want sh -c SCRIPT", c.Command, c.Args)
 	}
+	checkTrialRedisSecrets(t, d)
+	const adminPassword, managerPassword, enforcerPassword = `admin pw"1\`, `manager "pw\2`, `enforcer\ pw"3`
 	for _, withUsers := range []bool{true, false} {
 		t.Run(fmt.Sprintf("component users %v", withUsers), func(t *testing.T) {
 			dir := t.TempDir()
+			secrets := t.TempDir() // the Secret's keys, as the volume mounts them
+			files := map[string]string{"password": adminPassword}
+			if withUsers {
+				files["manager-password"], files["enforcer-password"] = managerPassword, enforcerPassword
+			}
+			for name, password := range files {
+				if err := os.WriteFile(filepath.Join(secrets, name), []byte(password), 0o400); err != nil {
+					t.Fatal(err)
+				}
+			}
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -92,16 +108,16 @@ func TestTrialRedisScript(t *testing.T) {
 			addr := l.Addr().String()
 			_, port, _ := net.SplitHostPort(addr)
 			l.Close()
-			wrapper := fmt.Sprintf("#!/bin/sh\nexec %s \"$@\" --port %s --bind 127.0.0.1 --dir %s\n", bin, port, dir)
+			// The wrapper also keeps the arguments and the environment
+			// the script starts Redis with (Redis rewrites its own
+			// /proc/<pid>/cmdline and environ, so they cannot be read there).
+			wrapper := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$@\" > %[3]s/argv\nenv > %[3]s/env\nexec %[1]s \"$@\" --port %[2]s --bind 127.0.0.1 --dir %[3]s\n", bin, port, dir)
 			if err := os.WriteFile(filepath.Join(dir, "redis-server"), []byte(wrapper), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(c.Command[0], c.Command[1], c.Args[0])
-			cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin", "REDIS_PASSWORD=admin-pw",
+			cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin", "REDIS_SECRET_DIR=" + secrets, "REDIS_CONF_DIR=" + dir,
 				"MANAGER_ACL=" + envValue(t, d, "MANAGER_ACL"), "ENFORCER_ACL=" + envValue(t, d, "ENFORCER_ACL")}
-			if withUsers {
-				cmd.Env = append(cmd.Env, "MANAGER_PASSWORD=manager-pw", "ENFORCER_PASSWORD=enforcer-pw")
-			}
 			var out strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Start(); err != nil {
@@ -115,10 +131,24 @@ func TestTrialRedisScript(t *testing.T) {
 				t.Cleanup(func() { _ = rdb.Close() })
 				return rdb
 			}
-			admin := login("", "admin-pw")
+			admin := login("", adminPassword)
 			poll.Until(t, 10*time.Second, "the trial Redis's script starts a server answering on "+addr, func() bool {
 				return admin.Ping(ctx).Err() == nil
 			})
+			for _, what := range []string{"argv", "env"} {
+				raw, err := os.ReadFile(filepath.Join(dir, what))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if what == "argv" && !strings.Contains(string(raw), "redis.conf") {
+					t.Fatalf("the script started Redis with %q, want its config file", raw)
+				}
+				for _, password := range files {
+					if strings.Contains(string(raw), password) {
+						t.Errorf("a password is in what the script starts Redis with (%s):\n%s", what, raw)
+					}
+				}
+			}
 			users, err := admin.Do(ctx, "ACL", "USERS").StringSlice()
 			if err != nil {
 				t.Fatal(err)
@@ -134,7 +164,7 @@ func TestTrialRedisScript(t *testing.T) {
 			if !withUsers {
 				return
 			}
-			for user, password := range map[string]string{"quotaplane-manager": "manager-pw", "quotaplane-enforcer": "enforcer-pw"} {
+			for user, password := range map[string]string{"quotaplane-manager": managerPassword, "quotaplane-enforcer": enforcerPassword} {
 				if err := login(user, password).Ping(ctx).Err(); err != nil {
 					t.Errorf("%s logs in: %v", user, err)
 				}
@@ -157,11 +187,44 @@ func TestTrialRedisScript(t *testing.T) {
 					t.Errorf("%s has rules\n%s\nwant keyspace's\n%s", user, got, ref)
 				}
 			}
-			err = login("quotaplane-enforcer", "enforcer-pw").HSet(ctx, keyspace.Policy("ns/plane"), "current", "9").Err()
+			err = login("quotaplane-enforcer", enforcerPassword).HSet(ctx, keyspace.Policy("ns/plane"), "current", "9").Err()
 			if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 				t.Errorf("the enforcer user wrote the policy: %v", err)
 			}
 		})
+	}
+}
+
+// checkTrialRedisSecrets: the trial Redis (d) reads the passwords from the
+// Secret quotaplane-redis mounted where REDIS_SECRET_DIR says, and writes
+// its config file into a memory volume where REDIS_CONF_DIR says; no
+// variable of its container comes from a Secret.
+func checkTrialRedisSecrets(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	c := container(t, d)
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			t.Errorf("the trial Redis's variable %s comes from Secret %s: pass passwords as files", e.Name, e.ValueFrom.SecretKeyRef.Name)
+		}
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		volumes[v.Name] = v
+	}
+	mounted := func(path string) corev1.Volume {
+		for _, vm := range c.VolumeMounts {
+			if vm.MountPath == path {
+				return volumes[vm.Name]
+			}
+		}
+		t.Errorf("the trial Redis mounts nothing at %s", path)
+		return corev1.Volume{}
+	}
+	if v := mounted(envValue(t, d, "REDIS_SECRET_DIR")); v.Secret == nil || v.Secret.SecretName != "quotaplane-redis" {
+		t.Errorf("REDIS_SECRET_DIR is not Secret quotaplane-redis: %+v", v)
+	}
+	if v := mounted(envValue(t, d, "REDIS_CONF_DIR")); v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory {
+		t.Errorf("REDIS_CONF_DIR, where the passwords are written, is not a memory volume: %+v", v)
 	}
 }
 
