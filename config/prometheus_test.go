@@ -97,8 +97,8 @@ func TestPrometheusRules(t *testing.T) {
 			}
 		}
 	}
-	if alerts != 6 {
-		t.Errorf("%d alerts; the plane has six conditions to alert on", alerts)
+	if alerts != 7 {
+		t.Errorf("%d alerts; the plane has seven conditions to alert on", alerts)
 	}
 }
 

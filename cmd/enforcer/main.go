@@ -131,7 +131,7 @@ func run() error {
 	}
 	var policies *store.Store
 	if *redisFlags.Addr != "" {
-		client, _, err := redisFlags.Client()
+		client, _, err := redisFlags.EnforcerClient() // no retries: each call has its deadline (redisconn)
 		if err != nil {
 			return err
 		}

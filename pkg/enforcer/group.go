@@ -257,7 +257,7 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 		if slices.Max(g.cost[:len(rs)]) >= snap.smallCost {
 			var admitted bool
 			var err error
-			hc, admitted, err = e.hybridDecide(snap, rs, g.ep[:len(rs)], g.cost[:len(rs)], ds)
+			hc, admitted, err = e.hybridDecide(snap, now, rs, g.ep[:len(rs)], g.cost[:len(rs)], ds)
 			switch {
 			case hc == nil:
 			case err != nil && snap.failureMode == policy.FailureDeny:

@@ -133,53 +133,104 @@ type hybridCall struct {
 	decided  int64 // Redis TIME of the decision, µs
 }
 
-// meetsSmall reports whether r (resolved in s to ep) meets a small limit,
-// allocating nothing: most requests of a plane with small limits meet none.
-func (s *snapshot) meetsSmall(r *Request, ep int, cost int64) bool {
+// smallHolder is the tenant state ts (this node's for r: stateOf) as the
+// small levels name it in Redis, and its record in s. Like mode central and
+// the reconcile loop, a tenant beyond -max-tenants is decided on the
+// overflow state's buckets, with its limits (the default tier's), so a
+// flood of new names leaves at most the caps' worth of keys in Redis.
+func (s *snapshot) smallHolder(ts *tenantState, r *Request) (name string, t *policy.Tenant) {
+	name, tier := r.Tenant, r.Tier
+	if ts.name == overflowName {
+		name, tier = overflowName, "" // the default tier, as the local overflow state
+	}
+	rec, _ := s.recordOf(name, tier)
+	return name, &rec.tenant
+}
+
+// stateOf is r's tenant's state on this node: the one the policy names, or
+// the registry's, which is the overflow state beyond -max-tenants.
+func (e *Engine) stateOf(snap *snapshot, r *Request) *tenantState {
+	if ts := snap.known[r.Tenant]; ts != nil {
+		return ts
+	}
+	return e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(snap.known))
+}
+
+// meetsSmall reports whether r (resolved in s to ep, its tenant's limits
+// t: smallHolder) meets a small limit, allocating nothing: most requests of
+// a plane with small limits meet none.
+func (s *snapshot) meetsSmall(t *policy.Tenant, r *Request, ep int, cost int64) bool {
 	p := s.policy
-	rec, _ := s.recordOf(r.Tenant, r.Tier)
-	t := &rec.tenant
 	return s.small(t.Limit, cost) || ep >= 0 && s.small(p.EndpointLimit(t, ep), cost) ||
 		r.APIKey != "" && s.small(p.KeyLimit(t, r.APIKey), cost)
 }
 
+// smallKeyName is the name in Redis of r's api key in ts, as the reconcile
+// loop names the key's state: the key's own, or overflowName beyond the
+// node's key budget (WithMaxKeysPerTenant, WithMaxKeys). It takes the key
+// its state now (keyLocked, as the node's own levels would next), so that
+// the budget counts every key name the small levels write, also those of
+// requests Redis denies. A state pruned or a policy swapped in since snap
+// was loaded gets overflowName: the caller gives the call back and decides
+// again (decideOpts, lockGroup), and the state must not move back to snap.
+func (e *Engine) smallKeyName(snap *snapshot, ts *tenantState, r *Request, now int64) string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.removed || e.snap.Load() != snap {
+		return overflowName
+	}
+	e.bringLocked(snap, ts, r, now)
+	if ks := ts.keyLocked(r.APIKey, snap, &e.keys, now); ks != nil {
+		return ks.key
+	}
+	return overflowName
+}
+
 // smallLevels appends to hc the small limits r meets (resolved in snap: ep
-// and cost as snap.resolve gave them).
-func (s *snapshot) smallLevels(hc *hybridCall, r *Request, ep int, cost int64) (tenant, endpoint, key int) {
-	p := s.policy
-	rec, _ := s.recordOf(r.Tenant, r.Tier)
-	t := &rec.tenant
+// and cost as snap.resolve gave them; ts its tenant's state on this node).
+func (e *Engine) smallLevels(snap *snapshot, hc *hybridCall, ts *tenantState, r *Request, ep int, cost, now int64) (tenant, endpoint, key int) {
+	p := snap.policy
+	name, t := snap.smallHolder(ts, r)
 	holder := ""
-	add := func(level Level, lim *policy.Limit, endpointName string) int {
-		if !s.small(lim, cost) {
+	add := func(level Level, lim *policy.Limit, endpointName, apiKey string) int {
+		if !snap.small(lim, cost) {
 			return 0
 		}
 		if holder == "" {
-			holder = keyspace.Holder(r.Tenant)
+			holder = keyspace.Holder(name)
 		}
 		hc.levels = append(hc.levels, hybridLevel{level: level, lim: lim, cost: cost,
-			name: levelName(s.redisPrefix, level, holder, endpointName, r.APIKey, lim)})
+			name: levelName(snap.redisPrefix, level, holder, endpointName, apiKey, lim)})
 		return len(hc.levels)
 	}
-	tenant = add(LevelTenant, t.Limit, "")
+	tenant = add(LevelTenant, t.Limit, "", "")
 	if ep >= 0 {
-		endpoint = add(LevelEndpoint, p.EndpointLimit(t, ep), s.endpoints[ep].Name)
+		endpoint = add(LevelEndpoint, p.EndpointLimit(t, ep), snap.endpoints[ep].Name, "")
 	}
 	if r.APIKey != "" {
-		key = add(LevelKey, p.KeyLimit(t, r.APIKey), "")
+		if lim := p.KeyLimit(t, r.APIKey); snap.small(lim, cost) {
+			apiKey := r.APIKey
+			if !p.NamesKey(t, apiKey) {
+				if apiKey = e.smallKeyName(snap, ts, r, now); apiKey == overflowName {
+					lim = p.KeyLimit(t, "") // the overflow key's, as its state's (keyLookupLocked)
+				}
+			}
+			key = add(LevelKey, lim, "", apiKey)
+		}
 	}
 	return tenant, endpoint, key
 }
 
 // hybridDecide decides the small levels of rs (each resolved to eps and
-// costs in snap) in one decide.lua call, as one group when there are
+// costs in snap, at now) in one decide.lua call, as one group when there are
 // several. It returns nil when none meets a small limit; else the call,
 // whether Redis admitted them (filling ds[i] of the first denied with its
 // denial), and an error when Redis did not answer.
-func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []int64, ds []Decision) (*hybridCall, bool, error) {
+func (e *Engine) hybridDecide(snap *snapshot, now int64, rs []Request, eps []int, costs []int64, ds []Decision) (*hybridCall, bool, error) {
 	meets := false
 	for i := range rs {
-		meets = meets || snap.meetsSmall(&rs[i], eps[i], costs[i])
+		_, t := snap.smallHolder(e.stateOf(snap, &rs[i]), &rs[i])
+		meets = meets || snap.meetsSmall(t, &rs[i], eps[i], costs[i])
 	}
 	if !meets {
 		return nil, true, nil
@@ -196,7 +247,7 @@ func (e *Engine) hybridDecide(snap *snapshot, rs []Request, eps []int, costs []i
 	spans := make([][2]int, 0, len(rs)) // its levels in hc.levels
 	for i := range rs {
 		first := len(hc.levels)
-		ti, ei, ki := snap.smallLevels(hc, &rs[i], eps[i], costs[i])
+		ti, ei, ki := e.smallLevels(snap, hc, e.stateOf(snap, &rs[i]), &rs[i], eps[i], costs[i], now)
 		if len(hc.levels) == first {
 			continue
 		}
@@ -276,11 +327,11 @@ func (e *Engine) hybridRefund(hc *hybridCall) {
 // levels decide next, and the call (nil when r meets no small limit, or
 // Redis did not answer) is what to give back if they deny.
 func (e *Engine) decideSmall(snap *snapshot, ts *tenantState, r *Request, ep int, cost, now int64, d *Decision) (*hybridCall, bool) {
-	if !snap.meetsSmall(r, ep, cost) {
+	if _, t := snap.smallHolder(ts, r); !snap.meetsSmall(t, r, ep, cost) {
 		return nil, false
 	}
 	var one [1]Decision
-	hc, admitted, err := e.hybridDecide(snap, []Request{*r}, []int{ep}, []int64{cost}, one[:])
+	hc, admitted, err := e.hybridDecide(snap, now, []Request{*r}, []int{ep}, []int64{cost}, one[:])
 	switch {
 	case hc == nil:
 		return nil, false

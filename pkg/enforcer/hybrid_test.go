@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,10 +44,10 @@ spec:
 
 // smallFleet is n local-reconciled engines on srv, once each counts n
 // live nodes.
-func smallFleet(t *testing.T, srv *redistest.Server, p *policy.Policy, n int) []*Engine {
+func smallFleet(t *testing.T, srv *redistest.Server, p *policy.Policy, n int, opts ...Option) []*Engine {
 	var fleet []*Engine
 	for i := range n {
-		fleet = append(fleet, newEngine(t, p, WithRedis(srv.Client()), WithNodeID(sprintf("n%d", i))))
+		fleet = append(fleet, newEngine(t, p, append([]Option{WithRedis(srv.Client()), WithNodeID(sprintf("n%d", i))}, opts...)...))
 	}
 	for _, e := range fleet {
 		poll.Until(t, 5*time.Second, "every node to count the fleet", func() bool { return e.snap.Load().splitOver == int64(n) })
@@ -158,7 +159,8 @@ func TestReconciledSmallLimitsCostNothingElse(t *testing.T) {
 	snap := e.snap.Load()
 	exportIdx, _ := snap.policy.EndpointIndex("export")
 	readIdx, _ := snap.policy.EndpointIndex("read")
-	if !snap.meetsSmall(&Request{Tenant: "f", Endpoint: "export"}, exportIdx, 50) || snap.meetsSmall(&read, readIdx, 1) {
+	_, f := snap.smallHolder(e.stateOf(snap, &read), &read)
+	if !snap.meetsSmall(f, &Request{Tenant: "f", Endpoint: "export"}, exportIdx, 50) || snap.meetsSmall(f, &read, readIdx, 1) {
 		t.Error("meetsSmall does not tell the export from the read")
 	}
 }
@@ -184,5 +186,104 @@ func TestReconciledSmallLimitGroupOfOneTenant(t *testing.T) {
 	}
 	if admitted > 100 {
 		t.Errorf("reads of 50 units admitted %d tokens against a tenant limit of 100", admitted)
+	}
+}
+
+// TestReconciledFloodIsBoundedInRedis: a flood of new tenant names, each
+// with a new api key, and of new api keys of one tenant, through the small
+// limits of local-reconciled (decided in Redis: a tenant's 100 tokens an
+// hour, its api key's, the export's window, each too small to split for an
+// export over 3 nodes) leaves at most the caps' worth of keys in Redis: a
+// tenant beyond -max-tenants is decided on the overflow state's buckets,
+// an api key beyond the key budget on the overflow key's, as in mode
+// central (TestCentralFloodIsBoundedInRedis) and as the reconcile loop
+// names them. Before, each new name wrote its own buckets: 3 per tenant.
+func TestReconciledFloodIsBoundedInRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	doc := withMode(planeHeader, "local-reconciled", "reconcileInterval: 50ms")
+	p := policytest.Compile(t, doc+`  global: {rate: 100000000, burst: 100000000}
+  fairness: none
+  tiers: [{name: free, weight: 1, tenant: {rate: 100, burst: 100, period: 1h}, key: {rate: 100, burst: 100, period: 1h}}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: EndpointQuota
+metadata: {name: export}
+spec:
+  endpoint: export
+  cost: 50
+  tiers: [{tier: free, limit: {rate: 100, period: 300s, algorithm: slidingWindow}}]
+---
+apiVersion: quotaplane.io/v1alpha1
+kind: TenantQuota
+metadata: {name: wide}
+spec:
+  tenant: wide
+  limit: {rate: 100000000, burst: 100000000}
+  endpoints: [{endpoint: export, limit: {rate: 100000000, burst: 100000000}}]
+`)
+	const nodes, maxTenants, maxKeys = 3, 20, 5
+	fleet := smallFleet(t, srv, p, nodes, WithMaxTenants(maxTenants), WithMaxKeysPerTenant(maxKeys))
+	ctx := context.Background()
+	decide := func(i int, r Request) Decision {
+		t.Helper()
+		d, err := fleet[i%nodes].Decide(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allow && d.Level == LevelGlobal {
+			t.Fatalf("request %d denied at global: %+v; want the small levels only", i, d)
+		}
+		return d
+	}
+	dbSize := func() int64 {
+		t.Helper()
+		n, err := client.DBSize(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	base := dbSize() // the plane's own: the fleet's liveness
+	const flood = 1500
+	admitted := 0
+	for i := range flood {
+		if decide(i, Request{Tenant: fmt.Sprintf("flood-%d", i), Endpoint: "export", APIKey: fmt.Sprintf("key-%d", i)}).Allow {
+			admitted++
+		}
+	}
+	keys := dbSize() - base
+	t.Logf("%d new tenants with a key each over %d nodes: %d exports admitted, %d keys in Redis", flood, nodes, admitted, keys)
+	// Each node's 20 tenant states: a tenant bucket, the export's window
+	// and a key bucket each; the overflow state's tenant bucket and window,
+	// each node's 5 keys in it and the overflow key; the reconcile loop's
+	// and fleet's own keys (a few).
+	if bound := int64(nodes*maxTenants*3 + 2 + nodes*maxKeys + 1 + 10); keys > bound {
+		t.Errorf("%d keys in Redis after %d new tenants; want at most %d: the tenant states' and the overflow state's", keys, flood, bound)
+	}
+	// The tenants with states of their own get their 2 exports' worth (one
+	// each here), the rest share the overflow state's 2.
+	if want := nodes*maxTenants + 2; admitted != want {
+		t.Errorf("admitted %d exports; want %d: one for each tenant with a state of its own, the overflow state's 2", admitted, want)
+	}
+
+	// A tenant whose own limits let every key through: its api keys
+	// beyond the budget share the overflow key's bucket (the tier's key
+	// limit: 2 exports).
+	before := dbSize()
+	admitted = 0
+	for i := range flood {
+		d := decide(i, Request{Tenant: "wide", Endpoint: "export", APIKey: fmt.Sprintf("many-%d", i)})
+		if d.Allow {
+			admitted++
+		}
+	}
+	keys = dbSize() - before
+	t.Logf("%d api keys of one tenant: %d exports admitted, %d more keys in Redis", flood, admitted, keys)
+	if bound := int64(nodes*maxKeys + 1 + 5); keys > bound {
+		t.Errorf("%d more keys in Redis after %d api keys of one tenant; want at most %d: its key states' and the overflow key's", keys, flood, bound)
+	}
+	if want := nodes*maxKeys + 2; admitted != want {
+		t.Errorf("admitted %d exports of one tenant; want %d: one for each key with a state of its own (each asked once), the overflow key's 2", admitted, want)
 	}
 }

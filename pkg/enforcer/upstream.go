@@ -285,19 +285,20 @@ func (e *Engine) gateLoop(stop <-chan struct{}) {
 // gateReportTTL is how long a node's demand report counts, in intervals.
 const gateReportTTL = 3
 
-// gateExchange runs one exchange (upstream.lua) and applies its answer.
-// When Redis does not answer, the plan held stays in force, its confidence
-// decayed by its age, until it expires.
+// gateExchange runs one exchange (upstream.lua) and applies its answer
+// with the leader's plan, which it reads apart: the enforcer's ACL user may
+// only read the plan (pkg/keyspace), and Redis checks every key a script
+// declares for writing. When Redis does not answer, the plan held stays in
+// force, its confidence decayed by its age, until it expires.
 func (e *Engine) gateExchange() {
 	g := &e.gate
 	p := e.policy.Load()
 	interval := p.Spec().ReconcileInterval
 	now := e.clock()
 	var ups []*gateUpstream
-	keys := []string{upstream.PlanKey(p.ID()), upstream.NodesKey(p.ID())}
-	args := []any{"", e.nodeID, strconv.FormatInt(gateReportTTL*max(interval, 100*time.Millisecond).Milliseconds(), 10)}
+	keys := []string{upstream.NodesKey(p.ID())}
+	args := []any{e.nodeID, strconv.FormatInt(gateReportTTL*max(interval, 100*time.Millisecond).Milliseconds(), 10)}
 	if g.held != nil {
-		args[0] = planToken(g.held)
 		seconds := float64(now-g.measuredAt) / 1e6
 		for i := range g.held.Upstreams {
 			gu := g.byName[g.held.Upstreams[i].Name]
@@ -313,23 +314,38 @@ func (e *Engine) gateExchange() {
 		e.logger.Warn("upstream reports not forwarded", "plane", p.ID(), "err", err)
 	}
 	reply, err := lua.Upstream.Run(ctx, e.redis, keys, args...).Slice()
-	if err == nil && len(reply) != 5+6*len(ups) {
-		err = fmt.Errorf("upstream.lua answered %d values, want %d", len(reply), 5+6*len(ups))
+	if err == nil && len(reply) != 2+6*len(ups) {
+		err = fmt.Errorf("upstream.lua answered %d values, want %d", len(reply), 2+6*len(ups))
+	}
+	var head []any // the plan's seq and at
+	if err == nil {
+		head, err = e.redis.HMGet(ctx, upstream.PlanKey(p.ID()), "seq", "at").Result()
 	}
 	if err != nil {
 		e.gateHold(p, now)
 		return
 	}
 	redisMs, _ := reply[0].(int64)
-	nodes, _ := reply[4].(int64)
+	nodes, _ := reply[1].(int64)
 	g.nodes = int(max(nodes, 1))
-	if reply[1] == nil {
+	if head[0] == nil {
 		g.applyAt(e, nil, p, now, 0, nil) // no plan: every upstream is healthy
 		return
 	}
 	plan := g.held
-	if reply[3] != nil || plan == nil {
-		fresh, perr := upstream.ParsePlan(reply[1], reply[2], reply[3])
+	seq, _ := head[0].(string)
+	at, _ := head[1].(string)
+	if plan == nil || seq+":"+at != planToken(plan) { // a new plan: read its body
+		vals, err := e.redis.HMGet(ctx, upstream.PlanKey(p.ID()), "seq", "at", "body").Result()
+		if err != nil {
+			e.gateHold(p, now)
+			return
+		}
+		if vals[0] == nil { // gone since
+			g.applyAt(e, nil, p, now, 0, nil)
+			return
+		}
+		fresh, perr := upstream.ParsePlan(vals[0], vals[1], vals[2])
 		if perr != nil {
 			e.logger.Warn("upstream plan unreadable; keeping the last one", "plane", p.ID(), "err", perr)
 			e.gateHold(p, now)
@@ -340,7 +356,7 @@ func (e *Engine) gateExchange() {
 	fleet := make(map[string]classDemand, len(ups))
 	for i, gu := range ups {
 		var fd classDemand
-		v := reply[5+6*i:]
+		v := reply[2+6*i:]
 		n, _ := v[0].(int64)
 		fd.nodes = int(n)
 		for c := range fd.demand {

@@ -284,7 +284,7 @@ func TestReviewGateUsageHashKeepsDeadNodes(t *testing.T) {
 	}
 }
 
-// TestReviewGatePlanSeqReused: upstream.lua sends the plan's body only when
+// TestReviewGatePlanSeqReused: gateExchange reads the plan's body only when
 // its seq differs from the one the node holds, but seq is not unique: it is
 // a HINCRBY on the plan hash, which starts again at 1 when the hash is gone
 // (the leader deletes it when no upstream is left, it expires after
@@ -326,7 +326,7 @@ func TestReviewGatePlanSeqReused(t *testing.T) {
 // TestReviewGatePlanWithoutBodyPanics: "nothing read from Redis is
 // trusted" (upstream.DecodePlan), but when the plan hash has a seq the node
 // does not hold and no body (a foreign or partial write, an operator's
-// HDEL), upstream.lua answers body false, gateExchange falls back to the
+// HDEL), gateExchange reads no body, falls back to the
 // plan held, and a node that holds none dereferences nil: the gate loop's
 // goroutine panics and takes the enforcer process with it.
 func TestReviewGatePlanWithoutBodyPanics(t *testing.T) {

@@ -35,8 +35,8 @@ var scriptCommands = []string{"+evalsha", "+script|load"}
 // planes ("*": every plane; otherwise one plane's name, namespace/name,
 // whose shards it covers too): its scripts (decide, debit, refund,
 // reconcile, heartbeat, peek, upstream) with the commands they call, the
-// reports it writes, read-only access to the policy store and a
-// subscription to its channel.
+// reports it writes, read-only access to the policy store and the upstream
+// plan (the manager's), and a subscription to the store's channel.
 func EnforcerACL(planes string) []string {
 	rules := []string{"resetkeys", "resetchannels", "-@all"}
 	rules = append(rules, connection...)
@@ -58,10 +58,12 @@ func EnforcerACL(planes string) []string {
 		}
 		rules = append(rules,
 			"~"+p+"enforcers", "~"+p+"enforcers:state", // its reports
-			// The upstream exchange. upstream.lua only reads the leader's
-			// plan, but Redis checks a script's declared keys for writing:
-			// the enforcer may write the plan (docs/security.md).
-			"~"+p+"upstream:plan", "~"+p+"upstream:nodes", "~"+p+"upstream:*:demand", "~"+p+"upstream:*:reports", "~"+p+"upstream:usage:*",
+			// The upstream exchange: the leader's plan read-only (the
+			// enforcer reads it with HMGET; upstream.lua does not declare
+			// it, since Redis checks a script's declared keys for
+			// writing), the gate nodes and demand (upstream.lua), its
+			// passive reports and usage.
+			"%R~"+p+"upstream:plan", "~"+p+"upstream:nodes", "~"+p+"upstream:*:demand", "~"+p+"upstream:*:reports", "~"+p+"upstream:usage:*",
 			"%R~"+p+"policy", "&"+p+"policy", // the policy store: read, subscribe
 		)
 	}

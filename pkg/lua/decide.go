@@ -70,5 +70,6 @@ var Debit = load("debit.lua", bucketLua)
 var Reconcile = load("reconcile.lua", bucketLua)
 
 // Upstream is upstream.lua: an enforcer's exchange with the fleet about a
-// plane's degraded upstreams (the plan, and the fleet's demand per class).
+// plane's degraded upstreams (the fleet's demand per class; the plan is
+// read apart).
 var Upstream = load("upstream.lua")

@@ -77,6 +77,31 @@ func (f *Flags) Client() (c *redis.Client, hasPassword bool, err error) {
 	return redis.NewClient(opts), opts.Password != "", nil
 }
 
+// EnforcerClient is Client for an enforcer: without go-redis's retries
+// (MaxRetries -1). Every call an enforcer makes has a deadline of its own
+// (-redis-timeout, 50 ms by default) and its own answer to a failure: the
+// breaker and the plane's failureMode for a decision, the next interval
+// for a reconcile, a report or a heartbeat. go-redis retries a READONLY
+// answer (a primary demoted in a failover), LOADING, or a connection that
+// broke, on another connection after a backoff (8 ms and more), which
+// only spends that deadline: the error was the deadline's ("context
+// deadline exceeded"), not Redis's, and the log could not tell a failover
+// from a slow Redis. Without the retries a decision learns Redis's answer
+// at once, and the log names it. A connection Redis closed while idle
+// (a restart) is still replaced before use: the pool checks it.
+//
+// The manager and quotactl keep the retries (Client): their calls have no
+// deadline that tight, and a publish sent twice stores its content once
+// (publish.lua).
+func (f *Flags) EnforcerClient() (c *redis.Client, hasPassword bool, err error) {
+	opts, err := f.Options()
+	if err != nil {
+		return nil, false, err
+	}
+	opts.MaxRetries = -1
+	return redis.NewClient(opts), opts.Password != "", nil
+}
+
 // Options are the client options the flags describe, checked: a bad address,
 // an unreadable password file or TLS file is an error naming the flag.
 func (f *Flags) Options() (*redis.Options, error) {

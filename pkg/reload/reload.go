@@ -3,7 +3,8 @@
 // ConfigMap) or the policy store in Redis. Every load is validated in full
 // (the same Compile or Decode as everywhere; from a store with a verifier,
 // its signature first); a bad one is counted (result "error", or
-// "unverified" for a signature that does not verify) and logged and the
+// "unverified" for a signature that does not verify or a signed version
+// older than the one in force, a replay) and logged and the
 // last good policy stays in force; a good one is swapped in
 // atomically by the engine, which carries the state of every tenant,
 // endpoint and key that still exists.
@@ -89,9 +90,16 @@ func (l *Loader) Apply(p *policy.Policy) (bool, error) {
 }
 
 func (l *Loader) failed(err error) {
-	if errors.Is(err, store.ErrUnverified) {
+	switch {
+	case errors.Is(err, store.ErrUnverified):
 		l.loads.WithLabelValues("unverified").Inc()
 		l.log.Error("policy refused: its signature does not verify; the last good one stays in force", "err", err)
+		return
+	case errors.Is(err, store.ErrReplayed):
+		// Counted with the forgeries: a version the manager signed but
+		// does not publish now is not the manager's policy either.
+		l.loads.WithLabelValues("unverified").Inc()
+		l.log.Error("policy refused: older than the version in force (a replay?); the last good one stays in force", "err", err)
 		return
 	}
 	l.loads.WithLabelValues("error").Inc()
@@ -161,10 +169,15 @@ func (l *Loader) WatchDir(ctx context.Context, dir string, every time.Duration) 
 // WatchStore follows the policy store until ctx ends: every version it
 // delivers is applied (Decode has validated it, and the store's verifier, if
 // any, its signature); the errors it reports are counted and logged: a
-// version whose signature does not verify as "unverified", the rest (a
-// corrupt version, an unreachable Redis) as "error".
+// version whose signature does not verify, or (with a verifier) one older
+// than the version in force, as "unverified", the rest (a corrupt version,
+// an unreachable Redis) as "error". The watch starts from the policy the
+// loader started with, so an older version is refused from its first read.
 func (l *Loader) WatchStore(ctx context.Context, s *store.Store) error {
-	return s.Watch(ctx, func(p *policy.Policy) { _, _ = l.Apply(p) }, l.failed)
+	l.mu.Lock()
+	inForce := store.InForce(l.version, l.lastSource) // none yet: version 0, nothing refused
+	l.mu.Unlock()
+	return s.Watch(ctx, func(p *policy.Policy) { _, _ = l.Apply(p) }, l.failed, inForce)
 }
 
 // Report tells the policy store, every interval and at once after each new

@@ -407,6 +407,82 @@ func TestWatchStoreSigned(t *testing.T) {
 	}
 }
 
+// TestWatchStoreRefusesReplay: a writer to the policy hash puts back
+// version 1, which the manager signed, while the enforcer runs version 2:
+// refused, counted as "unverified" (with the forgeries), logged as older
+// than the version in force, and version 2 stays in force, admitting by
+// its limits; the manager's next version (3, above what it published)
+// loads. The loader's watch starts from the version it was made with, so
+// an enforcer started on version 2 refuses the replay from its first read.
+// Before, a signed enforcer took the replay for a store reset and loaded
+// it until the manager's next publish.
+func TestWatchStoreRefusesReplay(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	compile := func(burst int) *policy.Policy { return policytest.Compile(t, plane(burst)) }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, managerKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := compile(5).ID()
+	manager, err := store.New(rdb, id, store.WithSigner(store.NewSigner(managerKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower, err := store.New(rdb, id, store.WithPollInterval(20*time.Millisecond),
+		store.WithVerifier(store.NewVerifier(managerKey.Public().(ed25519.PublicKey))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, current := compile(1000), compile(7)
+	for _, p := range []*policy.Policy{old, current} {
+		if _, _, err := manager.Publish(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := follower.Current(ctx)
+	if err != nil || first.Version() != 2 {
+		t.Fatalf("version 2: %v, %v", first, err)
+	}
+	// Put back before the watch starts, after the enforcer loaded 2.
+	if err := rdb.HSet(ctx, store.PolicyKey(id), "current", 1, "hash", old.Hash()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := enforcer.New(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	loads := newLoads()
+	var logs syncBuffer
+	l := New(e, policy.Overrides{}, loads, slog.New(slog.NewTextHandler(&logs, nil)), first)
+	go func() { _ = l.WatchStore(ctx, follower) }()
+
+	waitCount(t, loads, "unverified", 1)
+	if v := e.Policy().Version(); v != 2 {
+		t.Fatalf("the replayed version was loaded: running %d", v)
+	}
+	if got := admits(t, e, "a", 2000); got != 7 {
+		t.Fatalf("admitted %d, want version 2's burst of 7 (the replay's is 1000)", got)
+	}
+	if n := testutil.ToFloat64(loads.WithLabelValues("error")); n != 0 {
+		t.Fatalf("%v errors counted; want the replay counted as unverified only", n)
+	}
+	if out := logs.String(); !strings.Contains(out, "policy refused: older than the version in force") || !strings.Contains(out, "version 1 is signed but older than version 2") {
+		t.Fatalf("the refusal is not logged with its versions:\n%s", out)
+	}
+
+	if _, _, err := manager.Publish(ctx, compile(9), store.Above(2)); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, loads, "ok", 1)
+	if v := e.Policy().Version(); v != 3 {
+		t.Fatalf("the manager's next version not loaded: running %d", v)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for the watcher's goroutine.
 type syncBuffer struct {
 	mu  sync.Mutex

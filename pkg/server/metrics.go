@@ -112,7 +112,7 @@ func NewMetrics(e *enforcer.Engine, redis prometheus.Histogram) *Metrics {
 		}),
 		PolicyLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricPrefix + "policy_loads_total",
-			Help: "Policy loads by result: ok, error, or unverified (a policy store version whose signature does not verify); after error and unverified the last good policy stays in force.",
+			Help: "Policy loads by result: ok, error, or unverified (a policy store version whose signature does not verify, or a signed one older than the version in force: a replay); after error and unverified the last good policy stays in force.",
 		}, []string{"result"}),
 	}
 	m.PolicyLoads.WithLabelValues("ok")

@@ -71,6 +71,14 @@
 // current one is signed by another key, or unsigned), then enforcers drop
 // the old one.
 //
+// A signature proves that a manager signed a version, not that it is the
+// manager's current one: a writer to the hash could put back an older
+// signed version whole. The manager only ever publishes above what it
+// published (it names a floor, Above, also after Redis lost the hash), so
+// a watcher with a verifier refuses a current version older than the one
+// it delivered, or was started InForce with, as ErrReplayed, and waits
+// for one above it; without a verifier the same is a reset, followed.
+//
 // Ed25519 rather than HMAC, so that the enforcers hold only the public
 // key: with HMAC every enforcer pod would hold a key that can sign, and one
 // compromised pod (or anyone who reads its Secret) could forge policies for

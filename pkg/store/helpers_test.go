@@ -85,7 +85,7 @@ type watch struct {
 	err      error         // Watch's result, set before done is closed
 }
 
-func startWatch(t testing.TB, st *store.Store) *watch {
+func startWatch(t testing.TB, st *store.Store, opts ...store.WatchOption) *watch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watch{
@@ -101,7 +101,7 @@ func startWatch(t testing.TB, st *store.Store) *watch {
 			case w.errs <- err:
 			default: // the tests read the first few; more would block the watcher
 			}
-		})
+		}, opts...)
 	}()
 	t.Cleanup(func() { _ = w.stop(t) })
 	return w

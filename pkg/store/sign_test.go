@@ -243,3 +243,57 @@ func TestKeyFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRefusesReplayedVersion: a writer to the policy hash puts back an
+// older version the manager signed (its encoding and signature still in the
+// hash, or copied from a backup). A watcher with a verifier refuses it
+// (ErrReplayed), delivers nothing, and delivers the manager's next version;
+// a watcher started InForce with the version its caller loaded refuses it
+// from its first read. Without a verifier the same is a store reset, and
+// followed. Before, signed watchers followed it as a reset too.
+func TestWatchRefusesReplayedVersion(t *testing.T) {
+	checkNoLeak(t)
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	managerKey := newKey(t)
+	publisher := newStore(t, c, store.WithSigner(store.NewSigner(managerKey)))
+	verifying := func() *store.Store {
+		return newStore(t, c, store.WithPollInterval(10*time.Millisecond), store.WithVerifier(store.NewVerifier(public(managerKey))))
+	}
+	p1, p2 := samplePolicy(t, 10000), samplePolicy(t, 20000)
+	publish(t, publisher, p1)
+	publish(t, publisher, p2)
+	w := startWatch(t, verifying())
+	w.expect(t, 2, p2.Hash())
+	plain := startWatch(t, newStore(t, c, store.WithPollInterval(10*time.Millisecond)))
+	plain.expect(t, 2, p2.Hash())
+	loaded, err := verifying().Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Version 1, whole and signed, put back as the current one.
+	if err := c.HSet(ctx, key, "current", "1", "hash", p1.Hash()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = w.nextError(t, func(err error) bool { return errors.Is(err, store.ErrReplayed) })
+	if !strings.Contains(err.Error(), "version 1 is signed but older than version 2 in force") {
+		t.Errorf("the refusal says %q; want the versions named", err)
+	}
+	started := startWatch(t, verifying(), store.InForce(loaded.Version(), loaded.Hash()))
+	started.nextError(t, func(err error) bool { return errors.Is(err, store.ErrReplayed) })
+	plain.nextError(t, func(err error) bool { return errors.Is(err, store.ErrReset) })
+	plain.expect(t, 1, p1.Hash())
+	w.nothingDelivered(t)
+	started.nothingDelivered(t)
+
+	// The manager publishes above what it published (its floor, as
+	// controllers do): loaded by both.
+	p3 := samplePolicy(t, 30000)
+	if v, _, err := publisher.Publish(ctx, p3, store.Above(2)); err != nil || v != 3 {
+		t.Fatalf("published version %d (%v), want 3", v, err)
+	}
+	w.expect(t, 3, p3.Hash())
+	started.expect(t, 3, p3.Hash())
+}

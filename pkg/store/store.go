@@ -51,6 +51,11 @@ var (
 	// content: Redis lost the plane's data (a restart without persistence, a
 	// flush, a failover to a lagging replica). Watch reports it and follows.
 	ErrReset = errors.New("policy store reset")
+	// ErrReplayed: with a verifier, the current version is signed but
+	// older than the one a watcher delivered (or was started InForce
+	// with): a writer to the policy hash put back an older signed version.
+	// Watch refuses it as it refuses an unverified one.
+	ErrReplayed = errors.New("policy version older than the one in force")
 	// ErrInvalidPlane: a plane name that cannot sit in a hash tag.
 	ErrInvalidPlane = errors.New("invalid plane name")
 )

@@ -21,8 +21,8 @@ import (
 // the package doc for the guarantees.
 //
 // onError, when not nil, hears what Watch could not deliver: Redis errors,
-// ErrNoPolicy, ErrCorrupt and ErrUnverified versions (skipped; the last
-// good policy stays in force) and ErrReset (followed). An error equal to the one reported just
+// ErrNoPolicy, ErrCorrupt, ErrUnverified and ErrReplayed versions
+// (skipped; the last good policy stays in force) and ErrReset (followed). An error equal to the one reported just
 // before is not reported again, so an outage or an empty store is reported
 // once, not once per poll.
 //
@@ -30,7 +30,7 @@ import (
 // reads nothing while they run: keep them short. Each Watch call holds one
 // subscription connection, closed (and its goroutines ended) before it
 // returns.
-func (s *Store) Watch(ctx context.Context, onPolicy func(*policy.Policy), onError func(error)) error {
+func (s *Store) Watch(ctx context.Context, onPolicy func(*policy.Policy), onError func(error), opts ...WatchOption) error {
 	if onPolicy == nil {
 		return fmt.Errorf("store: plane %q: watch without a policy handler", s.plane)
 	}
@@ -51,6 +51,9 @@ func (s *Store) Watch(ctx context.Context, onPolicy func(*policy.Policy), onErro
 	defer ticker.Stop()
 
 	w := watcher{store: s, onPolicy: onPolicy, onError: onError}
+	for _, o := range opts {
+		o(&w)
+	}
 	w.sync(ctx)
 	for ctx.Err() == nil { // a handler may have run past ctx's end: read no more
 		select {
@@ -63,6 +66,18 @@ func (s *Store) Watch(ctx context.Context, onPolicy func(*policy.Policy), onErro
 		w.sync(ctx)
 	}
 	return ctx.Err()
+}
+
+// WatchOption tunes a Watch.
+type WatchOption func(*watcher)
+
+// InForce starts a Watch as if it had delivered version with content
+// hash (policy.Hash), the policy its caller read (Current) and put in force
+// before watching: it is not delivered again, and with a verifier a
+// version older than it is refused from the first read (ErrReplayed), not
+// only after a delivery. Version 0 is none.
+func InForce(version int64, hash string) WatchOption {
+	return func(w *watcher) { w.delivered = head{version: version, hash: hash} }
 }
 
 // drain empties the queued values of ch without blocking.
@@ -110,7 +125,15 @@ func (w *watcher) sync(ctx context.Context) {
 	if err == nil {
 		p, err = w.store.decodeCurrent(got, blob, sig)
 	}
-	if (errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnverified)) && got.version > 0 {
+	if err == nil && w.store.verifier != nil && got.version < w.delivered.version {
+		// Signed, but the manager only ever publishes above what it
+		// published (Above: also after Redis lost the hash), so an older
+		// version is one put back by another writer to the hash: a replay
+		// of what the manager once signed, refused like a forgery.
+		err = fmt.Errorf("store: plane %q: %w: version %d is signed but older than version %d in force (put back by a writer to the policy hash?): refused until a version above %d",
+			w.store.plane, ErrReplayed, got.version, w.delivered.version, w.delivered.version)
+	}
+	if (errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnverified) || errors.Is(err, ErrReplayed)) && got.version > 0 {
 		w.skipped = got
 	}
 	if err != nil {
