@@ -317,29 +317,16 @@ func TestLoadLogNamesTheModeInForce(t *testing.T) {
 // counted as "unverified" (not "error"), logged, and the last good policy
 // stays in force, admitting by its limits; the manager's next version loads.
 func TestWatchStoreSigned(t *testing.T) {
-	srv := redistest.Start(t)
+	srv, manager, follower := signedStores(t)
 	rdb := srv.Client()
 	compile := func(burst int) *policy.Policy { return policytest.Compile(t, plane(burst)) }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, managerKey, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	_, attackerKey, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := compile(5).ID()
-	manager, err := store.New(rdb, id, store.WithSigner(store.NewSigner(managerKey)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	follower, err := store.New(rdb, id, store.WithPollInterval(20*time.Millisecond),
-		store.WithVerifier(store.NewVerifier(managerKey.Public().(ed25519.PublicKey))))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, _, err := manager.Publish(ctx, compile(5)); err != nil {
 		t.Fatal(err)
 	}
@@ -417,25 +404,12 @@ func TestWatchStoreSigned(t *testing.T) {
 // Before, a signed enforcer took the replay for a store reset and loaded
 // it until the manager's next publish.
 func TestWatchStoreRefusesReplay(t *testing.T) {
-	srv := redistest.Start(t)
+	srv, manager, follower := signedStores(t)
 	rdb := srv.Client()
 	compile := func(burst int) *policy.Policy { return policytest.Compile(t, plane(burst)) }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, managerKey, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	id := compile(5).ID()
-	manager, err := store.New(rdb, id, store.WithSigner(store.NewSigner(managerKey)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	follower, err := store.New(rdb, id, store.WithPollInterval(20*time.Millisecond),
-		store.WithVerifier(store.NewVerifier(managerKey.Public().(ed25519.PublicKey))))
-	if err != nil {
-		t.Fatal(err)
-	}
 	old, current := compile(1000), compile(7)
 	for _, p := range []*policy.Policy{old, current} {
 		if _, _, err := manager.Publish(ctx, p); err != nil {
@@ -499,4 +473,27 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// signedStores starts a Redis with the plane of plane() in it: a manager's
+// store, signing with a new key, and a follower's, verifying that key and
+// polling every 20 ms.
+func signedStores(t *testing.T) (*redistest.Server, *store.Store, *store.Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	_, managerKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := policytest.Compile(t, plane(5)).ID()
+	manager, err := store.New(srv.Client(), id, store.WithSigner(store.NewSigner(managerKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower, err := store.New(srv.Client(), id, store.WithPollInterval(20*time.Millisecond),
+		store.WithVerifier(store.NewVerifier(managerKey.Public().(ed25519.PublicKey))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, manager, follower
 }
