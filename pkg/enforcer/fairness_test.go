@@ -164,6 +164,7 @@ func worstDeviation(res scenarioResult, shares []float64) (worst float64, at int
 // Negative control: first come, first served (fairness none) fails the
 // check.
 func TestZipfOverloadAdmitsFairShares(t *testing.T) {
+	simulation(t)
 	t.Parallel() // virtual time: deterministic, whatever else runs
 	const globalRate = 10_000
 	tenants := zipfTenants(1000, 1.2, 1.5*globalRate, []float64{0.05, 0.20, 0.75}, 1)
@@ -249,6 +250,7 @@ spec: {tenant: capped, limit: {rate: 100, burst: 100}}
 // tenant whose share is 0.17 requests/s would spend the first minute of
 // contention over it.
 func TestLongTailGetsItsTierShare(t *testing.T) {
+	simulation(t)
 	t.Parallel() // virtual time: deterministic, whatever else runs
 	const globalRate = 3000
 	rng := rand.New(rand.NewPCG(5, 5))
@@ -317,6 +319,7 @@ func TestPacedRequestCostlierThanItsShareBucket(t *testing.T) {
 // planes and demands, by each shareBy: every tenant's share, its tier's
 // level times its weight at most its claim, within 1e-6 of the reference.
 func TestAllocateMatchesTheReference(t *testing.T) {
+	simulation(t)
 	t.Parallel() // virtual time: deterministic, whatever else runs
 	rng := rand.New(rand.NewPCG(7, 7))
 	for n := range 1000 {

@@ -2,6 +2,8 @@ package enforcer
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -40,3 +42,20 @@ spec:
 `
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// simulation marks a test that runs the engine on one goroutine in virtual
+// time, with no loop of its own: the race detector has nothing to find
+// there and makes it about ten times slower, so under -race it skips, and
+// make test runs it without -race (the Makefile's SIMULATIONS, which it
+// passes to the -race run as QUOTAPLANE_SIMULATIONS: a simulation that
+// list does not name fails there instead of skipping unrun).
+func simulation(t *testing.T) {
+	t.Helper()
+	if !raceDetector {
+		return
+	}
+	if list := os.Getenv("QUOTAPLANE_SIMULATIONS"); list != "" && !regexp.MustCompile(list).MatchString(t.Name()) {
+		t.Fatalf("%s skips itself under -race as a simulation, but the Makefile's SIMULATIONS (%s) does not run it without -race: add it there", t.Name(), list)
+	}
+	t.Skip("a single-goroutine simulation in virtual time: make test runs it without -race (SIMULATIONS)")
+}
