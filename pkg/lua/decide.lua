@@ -191,8 +191,8 @@ local function remaining(s)
 end
 
 local function estimate(s)
-  if not s[BUCKET] then return math.max(s[WRATE] - s[SUM], 0) end
-  return s[LEVEL] * s[INV]
+  if s[BUCKET] then return s[LEVEL] * s[INV] end
+  return math.max(s[WRATE] - s[SUM], 0)
 end
 
 -- the tokens s would hold at time at, without changing it
@@ -369,7 +369,10 @@ for pos = 1, #requests, 72 do
     e = el and estimate(el)
     if e and e < est then tightest, tlevel, est = el, 3, e end
     if kl and estimate(kl) < est then tightest, tlevel = kl, 4 end
-    if tightest and remaining(tightest) <= rem then rem, bound = remaining(tightest), tlevel end
+    if tightest then
+      local r = remaining(tightest)
+      if r <= rem then rem, bound = r, tlevel end
+    end
     reason = 0
   elseif not global_ok then
     lvl, reason, rem = 1, 1, remaining(g)

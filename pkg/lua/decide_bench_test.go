@@ -51,6 +51,58 @@ func BenchmarkDecideScript(b *testing.B) {
 	}
 }
 
+// BenchmarkDecideFloor measures the Redis CPU per decision of the commands
+// alone that a batch of 128 distinct holders (BenchmarkDecideScript's
+// distinct/n=128, the same KEYS and ARGV) costs in each layout of the
+// levels' state, without any of decide.lua's arithmetic: a floor under
+// what the script can cost. key-per-level is today's layout: a GET and a
+// SET PX of each of the request's tenant, endpoint and key buckets;
+// hash-per-tenant keeps a tenant's buckets in one hash (HMGET, HSET of the
+// three, PEXPIRE); string-per-tenant in one string (GET, SET PX).
+//
+//	go test -run '^$' -bench DecideFloor ./pkg/lua/
+func BenchmarkDecideFloor(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client()
+	ctx := context.Background()
+	// KEYS from 4 on: per request its tenant, allowance, endpoint and key
+	for _, layout := range []struct{ name, src string }{
+		{"key-per-level", `local v = string.rep('b', 32)
+for i = 4, #KEYS, 4 do
+  for j = 0, 3 do if j ~= 1 then redis.call('GET', KEYS[i + j]) end end
+  for j = 0, 3 do if j ~= 1 then redis.call('SET', KEYS[i + j], v, 'PX', '1001') end end
+end`},
+		{"hash-per-tenant", `local v, k = string.rep('b', 32), 'k:' .. string.rep('d', 32)
+for i = 4, #KEYS, 4 do
+  redis.call('HMGET', KEYS[i], 't', 'e:read', k)
+  redis.call('HSET', KEYS[i], 't', v, 'e:read', v, k, v)
+  redis.call('PEXPIRE', KEYS[i], '1001')
+end`},
+		{"string-per-tenant", `local v = string.rep('b', 96)
+for i = 4, #KEYS, 4 do
+  redis.call('GET', KEYS[i])
+  redis.call('SET', KEYS[i], v, 'PX', '1001')
+end`},
+	} {
+		b.Run(layout.name, func(b *testing.B) {
+			sha, err := c.ScriptLoad(ctx, layout.src).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.FlushDB(ctx)
+			cpu := redisCPUMicros(b, c)
+			calls := 0
+			for ; b.Loop(); calls++ {
+				keys, args := decideCall(128, true, calls)
+				if err := c.EvalSha(ctx, sha, keys, args...).Err(); err != nil && err != redis.Nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric((redisCPUMicros(b, c)-cpu)/float64(calls*128), "redis-cpu-µs/decision")
+		})
+	}
+}
+
 // decideCall is a batch of n requests with every level in force and a
 // burst pool, all admitted.
 func decideCall(n int, distinct bool, call int) ([]string, []any) {
