@@ -60,6 +60,13 @@ local function read_bucket(v, rate, burst, per, top)
   return math.min(l, top), last, p ~= per or r ~= rate
 end
 
+-- px_text holds the PX arguments this call formatted, by ms. Redis turns a
+-- Lua number argument into text with "%.17g", a floating-point conversion
+-- that cost more than a third of a SET PX (perf, BenchmarkDecideScript);
+-- an expiry is an integer of ms, formatted as one ("%d") once per value,
+-- and the buckets of a batch mostly share their values.
+local px_text = {}
+
 -- write_bucket stores a bucket of rate and per at key, holding level
 -- token·µs of full at last µs, to expire when it is full again, plus
 -- linger ms, and in no less than least ms (optional: reconcile.lua's hold
@@ -67,7 +74,12 @@ end
 local function write_bucket(key, level, last, rate, per, full, linger, least)
   local ms = NO_REFILL_TTL_MS
   if rate > 0 then ms = math.max(math.ceil((full - level) / rate / 1000) + linger, least or 0) end
-  redis.call('SET', key, struct.pack(BUCKET_FORMAT, level, last, per, rate), 'PX', ms)
+  local px = px_text[ms]
+  if not px then
+    px = string.format('%d', ms)
+    px_text[ms] = px
+  end
+  redis.call('SET', key, struct.pack(BUCKET_FORMAT, level, last, per, rate), 'PX', px)
 end
 
 -- read_window returns a window's entries, oldest first: their times and

@@ -99,11 +99,40 @@ local BUCKET, LEVEL, LAST, RATE, BURST, PER, CAP, INV, FILL, DIRTY = 1, 2, 3, 4,
 local SHARE = 13
 -- windows: BUCKET false, then
 local SUM, HEAD, AT, COST, LOADED, LATEST = 2, 3, 4, 5, 6, 7
+-- and, past the slots buckets use, its rate and period
+local WRATE, WPER = 11, 12
 
 local now = clock(ARGV[1])
 local limits, requests = ARGV[2], ARGV[3]
 
 local states = {} -- index in KEYS -> state, loaded on first use
+
+-- settle refills a bucket to now, or drops a window's entries older than
+-- its period. now is one time for the whole call, so a state is settled
+-- once, when level loads it: after that it stays settled (a request's
+-- debit does not move its time; a group's restore puts back a settled
+-- state). remaining_at settles a copy at another time.
+local function settle(s)
+  if s[BUCKET] then
+    if now > s[LAST] then
+      local elapsed = now - s[LAST]
+      s[LAST] = now
+      if elapsed >= s[FILL] then
+        s[LEVEL] = s[CAP]
+      else
+        s[LEVEL] = math.min(s[LEVEL] + elapsed * s[RATE], s[CAP])
+      end
+    end
+    return
+  end
+  if now > s[LATEST] then s[LATEST] = now end
+  local t, at, cost, h = s[LATEST] - s[WPER], s[AT], s[COST], s[HEAD]
+  while at[h] and at[h] <= t do
+    s[SUM] = s[SUM] - cost[h]
+    h = h + 1
+  end
+  s[HEAD] = h
+end
 
 -- level returns the state of KEYS[i], or nil when i is 0 or it has no limit;
 -- cost is the request that needs it first (a missing share bucket holds
@@ -125,32 +154,9 @@ local function level(i, cost)
   else
     return nil
   end
+  settle(s)
   states[i] = s
   return s
-end
--- a window keeps its rate and period in slots 11 and 12
-local WRATE, WPER = 11, 12
-
-local function settle(s)
-  if s[BUCKET] then
-    if now > s[LAST] then
-      local elapsed = now - s[LAST]
-      s[LAST] = now
-      if elapsed >= s[FILL] then
-        s[LEVEL] = s[CAP]
-      else
-        s[LEVEL] = math.min(s[LEVEL] + elapsed * s[RATE], s[CAP])
-      end
-    end
-    return
-  end
-  if now > s[LATEST] then s[LATEST] = now end
-  local t, at, cost, h = s[LATEST] - s[WPER], s[AT], s[COST], s[HEAD]
-  while at[h] and at[h] <= t do
-    s[SUM] = s[SUM] - cost[h]
-    h = h + 1
-  end
-  s[HEAD] = h
 end
 
 local function covers(s, cost)
@@ -185,8 +191,8 @@ local function remaining(s)
 end
 
 local function estimate(s)
-  if not s[BUCKET] then return math.max(s[WRATE] - s[SUM], 0) end
-  return s[LEVEL] * s[INV]
+  if s[BUCKET] then return s[LEVEL] * s[INV] end
+  return math.max(s[WRATE] - s[SUM], 0)
 end
 
 -- the tokens s would hold at time at, without changing it
@@ -257,7 +263,7 @@ local saved = nil
 -- use returns the state of KEYS[i] (as level) and, inside a group, saves it
 -- the first time the group touches it.
 local function use(i, cost)
-  local s = level(i, cost)
+  local s = states[i] or level(i, cost)
   if s and saved and not saved[i] then
     if s[BUCKET] then
       saved[i] = {s, s[LEVEL], s[LAST], s[DIRTY]}
@@ -304,13 +310,11 @@ for pos = 1, #requests, 72 do
   local lower, lower_s, reason, borrow = 0, nil, 0, 0
   local allowance, el, kl = nil, nil, nil
   if tl then
-    settle(tl)
     if not covers(tl, cost) then
       lower, lower_s, reason = 2, tl, 3
       if may_borrow == 1 and pool and not never(tl, cost) then
         local short = math.max(cost - remaining(tl), 0)
         allowance = use(ai)
-        settle(allowance)
         if covers(allowance, short) then
           lower, borrow = 0, short
         else
@@ -322,31 +326,26 @@ for pos = 1, #requests, 72 do
   if lower == 0 then
     el = use(ei)
     if el then
-      settle(el)
       if not covers(el, cost) then lower, lower_s, reason = 3, el, 6 end
     end
   end
   if lower == 0 then
     kl = use(ki)
     if kl then
-      settle(kl)
       if not covers(kl, cost) then lower, lower_s, reason = 4, kl, 7 end
     end
   end
 
   local global_ok = true -- a batch without a global limit: see KEYS
   if g then
-    settle(g)
     global_ok = cost <= g[BURST] and cost * g[PER] + reserve <= g[LEVEL]
   end
   local sh, share_ok = nil, true
   if si ~= 0 then
     sh = use(si, cost)
-    settle(sh)
     share_ok = covers(sh, cost)
   end
   if global_ok and share_ok and borrow > 0 then
-    settle(pool)
     if not covers(pool, borrow) then lower, lower_s, reason = 2, tl, 5 end
   end
   local allowed, lvl, retry, rem, borrowed, bound = 0, 0, 0, 0, 0, 1
@@ -365,10 +364,15 @@ for pos = 1, #requests, 72 do
     -- the tokens left at the tightest level, compared by estimate
     rem = g and remaining(g) or HOUR
     local tightest, tlevel, est = nil, 1, rem
-    if tl and estimate(tl) < est then tightest, tlevel, est = tl, 2, estimate(tl) end
-    if el and estimate(el) < est then tightest, tlevel, est = el, 3, estimate(el) end
+    local e = tl and estimate(tl)
+    if e and e < est then tightest, tlevel, est = tl, 2, e end
+    e = el and estimate(el)
+    if e and e < est then tightest, tlevel, est = el, 3, e end
     if kl and estimate(kl) < est then tightest, tlevel = kl, 4 end
-    if tightest and remaining(tightest) <= rem then rem, bound = remaining(tightest), tlevel end
+    if tightest then
+      local r = remaining(tightest)
+      if r <= rem then rem, bound = r, tlevel end
+    end
     reason = 0
   elseif not global_ok then
     lvl, reason, rem = 1, 1, remaining(g)
@@ -385,7 +389,6 @@ for pos = 1, #requests, 72 do
     lvl, rem = lower, remaining(lower_s)
     retry = retry_after(lower_s, cost)
     if lower == 2 and may_borrow == 1 and pool then
-      settle(pool)
       retry = borrow_wait(tl, allowance, pool, cost, retry)
     end
   end

@@ -13,10 +13,14 @@ import (
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
 
-// BenchmarkDecideScript measures decide.lua's Redis CPU per decision (from
-// INFO commandstats) for batches of n requests that share their tenant, key
-// and endpoint ("same") or share nothing but the global bucket
-// ("distinct"): the two ends of how much a batch coalesces.
+// BenchmarkDecideScript measures decide.lua's Redis CPU per decision for
+// batches of n requests that share their tenant, key and endpoint ("same")
+// or share nothing but the global bucket ("distinct"): the two ends of how
+// much a batch coalesces. redis-µs/decision is EVALSHA's time in INFO
+// commandstats, which is wall time and grows when the machine is busy and
+// Redis waits for a core; redis-cpu-µs/decision is the CPU the Redis
+// process used meanwhile (INFO cpu), which does not, and counts reading
+// and parsing the calls and writing the replies too.
 //
 //	make bench PKGS=./pkg/lua BENCH=DecideScript
 func BenchmarkDecideScript(b *testing.B) {
@@ -28,19 +32,74 @@ func BenchmarkDecideScript(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/n=%d", shape, n), func(b *testing.B) {
 				c.FlushDB(ctx)
 				c.ConfigResetStat(ctx)
+				cpu := redisCPUMicros(b, c)
 				b.ReportAllocs()
 				keys, args := decideCall(n, shape == "distinct", 0)
-				for i := 0; b.Loop(); i++ {
+				calls := 0
+				for ; b.Loop(); calls++ {
 					if shape == "distinct" { // fresh holders every call
-						keys, args = decideCall(n, true, i)
+						keys, args = decideCall(n, true, calls)
 					}
 					if err := Decide.Run(ctx, c, keys, args...).Err(); err != nil {
 						b.Fatal(err)
 					}
 				}
 				b.ReportMetric(redisMicrosPerCall(b, c)/float64(n), "redis-µs/decision")
+				b.ReportMetric((redisCPUMicros(b, c)-cpu)/float64(calls*n), "redis-cpu-µs/decision")
 			})
 		}
+	}
+}
+
+// BenchmarkDecideFloor measures the Redis CPU per decision of the commands
+// alone that a batch of 128 distinct holders (BenchmarkDecideScript's
+// distinct/n=128, the same KEYS and ARGV) costs in each layout of the
+// levels' state, without any of decide.lua's arithmetic: a floor under
+// what the script can cost. key-per-level is today's layout: a GET and a
+// SET PX of each of the request's tenant, endpoint and key buckets;
+// hash-per-tenant keeps a tenant's buckets in one hash (HMGET, HSET of the
+// three, PEXPIRE); string-per-tenant in one string (GET, SET PX).
+//
+//	go test -run '^$' -bench DecideFloor ./pkg/lua/
+func BenchmarkDecideFloor(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client()
+	ctx := context.Background()
+	// KEYS from 4 on: per request its tenant, allowance, endpoint and key
+	for _, layout := range []struct{ name, src string }{
+		{"key-per-level", `local v = string.rep('b', 32)
+for i = 4, #KEYS, 4 do
+  for j = 0, 3 do if j ~= 1 then redis.call('GET', KEYS[i + j]) end end
+  for j = 0, 3 do if j ~= 1 then redis.call('SET', KEYS[i + j], v, 'PX', '1001') end end
+end`},
+		{"hash-per-tenant", `local v, k = string.rep('b', 32), 'k:' .. string.rep('d', 32)
+for i = 4, #KEYS, 4 do
+  redis.call('HMGET', KEYS[i], 't', 'e:read', k)
+  redis.call('HSET', KEYS[i], 't', v, 'e:read', v, k, v)
+  redis.call('PEXPIRE', KEYS[i], '1001')
+end`},
+		{"string-per-tenant", `local v = string.rep('b', 96)
+for i = 4, #KEYS, 4 do
+  redis.call('GET', KEYS[i])
+  redis.call('SET', KEYS[i], v, 'PX', '1001')
+end`},
+	} {
+		b.Run(layout.name, func(b *testing.B) {
+			sha, err := c.ScriptLoad(ctx, layout.src).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.FlushDB(ctx)
+			cpu := redisCPUMicros(b, c)
+			calls := 0
+			for ; b.Loop(); calls++ {
+				keys, args := decideCall(128, true, calls)
+				if err := c.EvalSha(ctx, sha, keys, args...).Err(); err != nil && err != redis.Nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric((redisCPUMicros(b, c)-cpu)/float64(calls*128), "redis-cpu-µs/decision")
+		})
 	}
 }
 
@@ -92,4 +151,26 @@ func redisMicrosPerCall(b *testing.B, c *redis.Client) float64 {
 	}
 	b.Fatal("no evalsha in commandstats")
 	return 0
+}
+
+// redisCPUMicros is the CPU the Redis process has used, user and system,
+// in µs (INFO cpu).
+func redisCPUMicros(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO cpu %q: %v", line, err)
+				}
+				sum += x
+			}
+		}
+	}
+	return sum * 1e6
 }
