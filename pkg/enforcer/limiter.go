@@ -16,19 +16,29 @@ import (
 // takes exactly c×period. No division, no rounding, no lost fraction of a
 // token; policy bounds burst×period to 2^53 so nothing overflows and the Lua
 // scripts, which count in float64, agree to the token.
+//
+// A limiter is what a million tenants each hold one or more of, so it keeps
+// only what changes per holder: the limit, the level and the time of the
+// last refill (32 bytes). A bucket that enforces its whole limit reads its
+// rate, burst and period from the limit itself; what only some limiters need
+// — a window's entries, a part of the limit (local-reconciled) and the
+// counters its reconcile loop reads — is in x, nil otherwise.
 type limiter struct {
-	lim    *policy.Limit  // nil when the level has no limit
+	lim   *policy.Limit // nil when the level has no limit
+	level int64         // token·µs
+	last  int64         // µs of the last refill
+	x     *limiterExtra
+}
+
+// limiterExtra is the part of a limiter that only windows and limiters of
+// mode local-reconciled have.
+type limiterExtra struct {
 	window *slidingWindow // non-nil for policy.SlidingWindow
 
-	// token bucket
-	periodUs int64 // period in µs
-	rate     int64 // tokens per period
-	burst    int64 // tokens
-	fillUs   int64 // µs to refill from empty; math.MaxInt64 when rate is 0
-	level    int64 // token·µs
-	last     int64 // µs of the last refill
-
-	perPeriodUs float64 // 1 / periodUs, for remaining
+	// scaled: periodUs, rate and burst are the part's (reset), not the
+	// limit's.
+	scaled                bool
+	periodUs, rate, burst int64
 
 	// part is the part of lim this node enforces (local-reconciled: its
 	// share of the fleet's limit; reconcile.go), in (0, 1]; 0 is all of
@@ -40,50 +50,125 @@ type limiter struct {
 	// fleet says the reconcile loop sized part from the fleet's demand;
 	// otherwise it is the snapshot's even share.
 	fleet bool
-	// used is the cost taken since the reconcile loop last read it, and
-	// offered the cost of the requests that met this level (arrivals
-	// only): what a node pushes to the fleet's bucket and its demand.
+	// counting: the limiter counts used and offered (mode
+	// local-reconciled: limiter.fit). used is the cost taken since the
+	// reconcile loop last read it, and offered the cost of the requests
+	// that met this level (arrivals only): what a node pushes to the
+	// fleet's bucket and its demand.
+	counting      bool
 	used, offered int64
 }
 
 func (l *limiter) active() bool { return l.lim != nil }
 
+// shape is the bucket's period (µs), rate (tokens per period) and burst
+// (tokens): the limit's, or its part's.
+func (l *limiter) shape() (periodUs, rate, burst int64) {
+	if x := l.x; x != nil && x.scaled {
+		return x.periodUs, x.rate, x.burst
+	}
+	if l.lim == nil {
+		return 0, 0, 0
+	}
+	return l.lim.PeriodMicros(), l.lim.Rate, l.lim.Burst
+}
+
+func (l *limiter) periodUs() int64 { p, _, _ := l.shape(); return p }
+func (l *limiter) rate() int64     { _, r, _ := l.shape(); return r }
+func (l *limiter) burst() int64    { _, _, b := l.shape(); return b }
+
+// window is the limiter's sliding window, nil for a bucket.
+func (l *limiter) window() *slidingWindow {
+	if l.x == nil {
+		return nil
+	}
+	return l.x.window
+}
+
 // capacity is the bucket size in token·µs.
-func (l *limiter) capacity() int64 { return l.burst * l.periodUs }
+func (l *limiter) capacity() int64 {
+	p, _, b := l.shape()
+	return b * p
+}
+
+// fleetPart reports whether the reconcile loop sized the limiter's part,
+// and the part and floor it enforces.
+func (l *limiter) fleetPart() (fleet bool, part float64, floor int64) {
+	if l.x == nil {
+		return false, 0, 0
+	}
+	return l.x.fleet, l.x.part, l.x.floor
+}
+
+// counters are the cost taken and offered since the reconcile loop last
+// read them (0 unless the limiter counts: limiterExtra.counting).
+func (l *limiter) counters() (used, offered int64) {
+	if l.x == nil {
+		return 0, 0
+	}
+	return l.x.used, l.x.offered
+}
+
+// clearCounters zeroes the counters.
+func (l *limiter) clearCounters() {
+	if l.x != nil {
+		l.x.used, l.x.offered = 0, 0
+	}
+}
+
+// undo takes back a debit: the bucket's level and the used counter as
+// they were before it (a window's entry is removed by the caller).
+func (l *limiter) undo(level, used int64) {
+	l.level = level
+	if l.x != nil {
+		l.x.used = used
+	}
+}
+
+// offer counts cost as offered at this level, when the limiter counts.
+func (l *limiter) offer(cost int64) {
+	if x := l.x; x != nil && x.counting {
+		x.offered += cost
+	}
+}
 
 // reset puts l in force for lim (its part) with a full bucket (or an empty
 // window); its part and counters carry over.
 func (l *limiter) reset(lim *policy.Limit, now int64) {
-	*l = limiter{lim: lim, part: l.part, floor: l.floor, fleet: l.fleet, used: l.used, offered: l.offered}
+	x := l.x
+	if x != nil {
+		x.window, x.scaled = nil, false
+	}
+	*l = limiter{lim: lim, x: x}
 	if lim == nil {
 		return
 	}
-	l.periodUs = lim.PeriodMicros()
-	l.perPeriodUs = 1 / float64(l.periodUs)
-	l.rate = lim.Rate
-	l.burst = lim.Burst
-	if l.part > 0 && l.part < 1 {
-		s := lim.Share(l.part, l.floor)
-		l.rate, l.burst = s.Rate, s.Burst
-		if lim.Algorithm != policy.SlidingWindow && lim.Rate > 0 && l.burst*l.periodUs <= policy.MaxScaledLevel/partPrecision {
+	if lim.Algorithm == policy.SlidingWindow {
+		l.extra().window = &slidingWindow{}
+	}
+	if x != nil && x.part > 0 && x.part < 1 {
+		s := lim.Share(x.part, x.floor)
+		x.scaled = true
+		x.periodUs, x.rate, x.burst = lim.PeriodMicros(), s.Rate, s.Burst
+		if lim.Algorithm != policy.SlidingWindow && lim.Rate > 0 && x.burst*x.periodUs <= policy.MaxScaledLevel/partPrecision {
 			// The rate to a thousandth of a token per period rather than
 			// a whole token (a tenth of 10/s would be 1/s, where it is
 			// 1.000/s, and a third of it 3/s, where it is 3.333/s): the
 			// same bucket over partPrecision periods.
-			l.periodUs *= partPrecision
-			l.perPeriodUs = 1 / float64(l.periodUs)
-			l.rate = max(1, int64(math.Round(float64(lim.Rate)*l.part*partPrecision)))
+			x.periodUs *= partPrecision
+			x.rate = max(1, int64(math.Round(float64(lim.Rate)*x.part*partPrecision)))
 		}
-	}
-	l.fillUs = math.MaxInt64
-	if l.rate > 0 {
-		l.fillUs = (l.capacity() + l.rate - 1) / l.rate
 	}
 	l.level = l.capacity()
 	l.last = now
-	if lim.Algorithm == policy.SlidingWindow {
-		l.window = &slidingWindow{}
+}
+
+// extra is l.x, made when l has none.
+func (l *limiter) extra() *limiterExtra {
+	if l.x == nil {
+		l.x = new(limiterExtra)
 	}
+	return l.x
 }
 
 // change puts lim in force keeping the state: tokens are first settled at the
@@ -107,13 +192,25 @@ func (l *limiter) setPart(part float64, floor, now int64) {
 	if part >= 1 {
 		part = 0
 	}
-	if part == l.part && floor == l.floor {
+	if part == 0 && l.x == nil {
+		return // the whole limit: the floor does not matter
+	}
+	x := l.extra()
+	if part == x.part && floor == x.floor {
 		return
 	}
-	l.part, l.floor = part, floor
+	x.part, x.floor = part, floor
 	if l.lim != nil {
 		l.rebuild(l.lim, now)
 	}
+}
+
+// setFleetPart makes the limiter enforce part of its limit as setPart
+// does, sized by the fleet's demand (fleet) or the snapshot's even share.
+func (l *limiter) setFleetPart(fleet bool, part float64, now int64) {
+	x := l.extra()
+	x.fleet = fleet
+	l.setPart(part, x.floor, now)
 }
 
 // partPrecision is how finely a part's rate is kept: in thousandths of a
@@ -121,14 +218,21 @@ func (l *limiter) setPart(part float64, floor, now int64) {
 const partPrecision = 1000
 
 // fit sizes a tenant's limiter for snap: the part the reconcile loop gave
-// it, in mode local-reconciled, else the snapshot's.
+// it, in mode local-reconciled, else the snapshot's. In mode
+// local-reconciled the limiter counts what it takes and is offered, which
+// the reconcile loop pushes.
 func (l *limiter) fit(snap *snapshot, now int64) {
 	part := snap.part
 	switch {
 	case !snap.reconciled:
-		l.fleet = false
-	case l.fleet:
-		part = l.part
+		if l.x != nil {
+			l.x.fleet, l.x.counting = false, false
+		}
+	case l.extra().fleet:
+		part = l.x.part
+	}
+	if snap.reconciled {
+		l.x.counting = true
 	}
 	// A part holds at least one of the plane's costliest requests, or,
 	// split over the live nodes, one of the costliest that the node
@@ -138,26 +242,31 @@ func (l *limiter) fit(snap *snapshot, now int64) {
 		floor = min(floor, max(capacityOf(l.lim)/snap.splitOver, 1))
 	}
 	l.setPart(part, floor, now)
+	if x := l.x; x != nil && x.window == nil && !x.scaled && !x.counting && x.used == 0 && x.offered == 0 {
+		l.x = nil // the whole limit, as a fresh limiter enforces it
+	}
 }
 
 // rebuild puts lim in force at the limiter's part, keeping its state: a
 // window its entries, a bucket its tokens settled up to now and capped by
 // the new burst.
 func (l *limiter) rebuild(lim *policy.Limit, now int64) {
-	if l.window != nil {
-		w := l.window
+	if w := l.window(); w != nil {
 		l.reset(lim, now)
-		l.window = w // entries are absolute times and costs: still valid
+		if l.window() != nil {
+			l.x.window = w // entries are absolute times and costs: still valid
+		}
 		return
 	}
 	l.refill(now)
-	oldPeriod, level, last := l.periodUs, l.level, l.last
+	oldPeriod, level, last := l.periodUs(), l.level, l.last
 	l.reset(lim, now)
 	l.last = max(last, now) // a change never moves the clock back
+	periodUs, _, burst := l.shape()
 	// The tokens, level/oldPeriod, carry over capped by the new burst. Only
 	// below the cap is level×newPeriod/oldPeriod computed: it is then below
 	// the new capacity (≤ 2^53), so the 128-bit quotient cannot overflow.
-	if hi, lo := bits.Mul64(uint64(l.burst), uint64(oldPeriod)); level >= 0 && hi == 0 && uint64(level) >= lo {
+	if hi, lo := bits.Mul64(uint64(burst), uint64(oldPeriod)); level >= 0 && hi == 0 && uint64(level) >= lo {
 		return // level is at capacity after reset
 	}
 	// A bucket in debt (local-reconciled) keeps its debt, scaled the same
@@ -166,7 +275,7 @@ func (l *limiter) rebuild(lim *policy.Limit, now int64) {
 	if neg {
 		level = -level
 	}
-	hi, lo := bits.Mul64(uint64(level), uint64(l.periodUs))
+	hi, lo := bits.Mul64(uint64(level), uint64(periodUs))
 	carried, _ := bits.Div64(hi, lo, uint64(oldPeriod))
 	l.level = int64(carried)
 	if neg {
@@ -182,36 +291,47 @@ func (l *limiter) refill(now int64) {
 	}
 	elapsed := now - l.last
 	l.last = now
-	if elapsed >= l.fillUs {
-		l.level = l.capacity()
+	periodUs, rate, burst := l.shape()
+	capacity := burst * periodUs
+	// elapsed×rate ≥ capacity: full whatever the level (the time to fill
+	// from empty has passed). Below it the sum cannot overflow.
+	hi, lo := bits.Mul64(uint64(elapsed), uint64(rate))
+	if hi != 0 || lo >= uint64(capacity) {
+		l.level = capacity
 		return
 	}
-	l.level = min(l.level+elapsed*l.rate, l.capacity()) // elapsed×rate < capacity+rate: no overflow
+	l.level = min(l.level+int64(lo), capacity)
 }
 
 // canCover reports whether cost tokens are available (after the refill or
 // expiry the caller has done).
 func (l *limiter) canCover(cost int64) bool {
-	if l.window != nil {
-		return l.window.sum+cost <= l.rate
+	periodUs, rate, burst := l.shape()
+	if w := l.window(); w != nil {
+		return w.sum+cost <= rate
 	}
-	return cost <= l.burst && cost*l.periodUs <= l.level
+	return cost <= burst && cost*periodUs <= l.level
 }
 
 // take debits cost; the caller has checked canCover.
 func (l *limiter) take(cost int64, now int64) {
-	l.used += cost
-	if l.window != nil {
-		l.window.add(now, cost, l.rate)
-		return
+	if x := l.x; x != nil {
+		if x.counting {
+			x.used += cost
+		}
+		if x.window != nil {
+			_, rate, _ := l.shape()
+			x.window.add(now, cost, rate)
+			return
+		}
 	}
-	l.level -= cost * l.periodUs
+	l.level -= cost * l.periodUs()
 }
 
 // settle brings the limiter up to now: refill a bucket, expire a window.
 func (l *limiter) settle(now int64) {
-	if l.window != nil {
-		l.window.expire(now, l.periodUs)
+	if w := l.window(); w != nil {
+		w.expire(now, l.periodUs())
 		return
 	}
 	l.refill(now)
@@ -220,19 +340,21 @@ func (l *limiter) settle(now int64) {
 // lack settles l at now and returns the whole tokens it lacks of a full
 // bucket, rounded up (central.recovered). 0 for a window or no limit.
 func (l *limiter) lack(now int64) int64 {
-	if l.lim == nil || l.window != nil {
+	if l.lim == nil || l.window() != nil {
 		return 0
 	}
 	l.refill(now)
-	return (l.capacity() - l.level + l.periodUs - 1) / l.periodUs
+	periodUs := l.periodUs()
+	return (l.capacity() - l.level + periodUs - 1) / periodUs
 }
 
 // never reports whether cost can never pass this limiter, however long one waits.
 func (l *limiter) never(cost int64) bool {
-	if l.window != nil {
-		return cost > l.rate
+	_, rate, burst := l.shape()
+	if l.window() != nil {
+		return cost > rate
 	}
-	return cost > l.burst
+	return cost > burst
 }
 
 // retryAfterUs is the earliest wait after which cost would pass this limiter
@@ -241,10 +363,11 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 	if l.never(cost) {
 		return math.MaxInt64
 	}
-	if l.window != nil {
-		return max(l.window.waitUs(now, cost, l.rate, l.periodUs), 1)
+	periodUs, rate, _ := l.shape()
+	if w := l.window(); w != nil {
+		return max(w.waitUs(now, cost, rate, periodUs), 1)
 	}
-	return l.bucketWaitUs(cost*l.periodUs, now)
+	return l.bucketWaitUs(cost*periodUs, now)
 }
 
 // remaining is the whole tokens left now: level / periodUs, exactly. An
@@ -254,13 +377,14 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 // most one).
 func (l *limiter) remaining() int64 {
 	q := int64(l.estimate())
-	if l.window != nil {
+	if l.window() != nil {
 		return q // exact for a window
 	}
+	periodUs := l.periodUs()
 	switch {
-	case q*l.periodUs > l.level:
+	case q*periodUs > l.level:
 		q--
-	case (q+1)*l.periodUs <= l.level:
+	case (q+1)*periodUs <= l.level:
 		q++
 	}
 	return q
@@ -268,26 +392,28 @@ func (l *limiter) remaining() int64 {
 
 // estimate is remaining as a float, off by at most one token.
 func (l *limiter) estimate() float64 {
-	if l.window != nil {
-		return float64(max(l.rate-l.window.sum, 0))
+	periodUs, rate, _ := l.shape()
+	if w := l.window(); w != nil {
+		return float64(max(rate-w.sum, 0))
 	}
-	return float64(l.level) * l.perPeriodUs
+	return float64(l.level) * (1 / float64(periodUs))
 }
 
 // remainingAt is remaining at now without changing the limiter: what a
 // status read reports, so that reading never moves state.
 func (l *limiter) remainingAt(now int64) int64 {
-	if l.window != nil {
-		now = max(now, l.window.latest)
-		sum := l.window.sum
-		for i := 0; i < l.window.n; i++ {
-			e := l.window.entries[(l.window.head+i)%len(l.window.entries)]
-			if e.at > now-l.periodUs {
+	if w := l.window(); w != nil {
+		periodUs, rate, _ := l.shape()
+		now = max(now, w.latest)
+		sum := w.sum
+		for i := 0; i < w.n; i++ {
+			e := w.entries[(w.head+i)%len(w.entries)]
+			if e.at > now-periodUs {
 				break
 			}
 			sum -= e.cost
 		}
-		return max(l.rate-sum, 0)
+		return max(rate-sum, 0)
 	}
 	c := *l
 	c.refill(now)
@@ -300,8 +426,8 @@ func (l *limiter) full() bool {
 	if l.lim == nil {
 		return true
 	}
-	if l.window != nil {
-		return l.window.n == 0
+	if w := l.window(); w != nil {
+		return w.n == 0
 	}
 	return l.level >= l.capacity()
 }
@@ -381,16 +507,18 @@ func (l *limiter) canCoverAbove(cost, reserve int64) bool {
 	if reserve == 0 {
 		return l.canCover(cost)
 	}
-	return cost <= l.burst && cost*l.periodUs+reserve <= l.level
+	periodUs, _, burst := l.shape()
+	return cost <= burst && cost*periodUs+reserve <= l.level
 }
 
 // retryAboveUs is retryAfterUs for canCoverAbove: math.MaxInt64 also when
 // the cost and the reserve together exceed the burst.
 func (l *limiter) retryAboveUs(cost, reserve, now int64) int64 {
-	if l.never(cost) || cost*l.periodUs+reserve > l.capacity() {
+	periodUs := l.periodUs()
+	if l.never(cost) || cost*periodUs+reserve > l.capacity() {
 		return math.MaxInt64
 	}
-	return l.bucketWaitUs(cost*l.periodUs+reserve, now)
+	return l.bucketWaitUs(cost*periodUs+reserve, now)
 }
 
 // bucketWaitUs is how long until the bucket holds need token·µs. The wait
@@ -401,10 +529,11 @@ func (l *limiter) bucketWaitUs(need, now int64) int64 {
 	if need <= 0 {
 		return 1
 	}
-	if l.rate == 0 {
+	rate := l.rate()
+	if rate == 0 {
 		return math.MaxInt64
 	}
-	return max((need+l.rate-1)/l.rate+max(l.last-now, 0), 1)
+	return max((need+rate-1)/rate+max(l.last-now, 0), 1)
 }
 
 // shortfall is how many whole tokens cost lacks.
