@@ -655,12 +655,12 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	}
 	// A level too small to split for this cost was decided in Redis
 	// (hybrid.go): it is not the node's.
-	tenantOn := ts.limit.active() && !snap.small(ts.limit.lim, cost)
+	tenantOn := ts.limit.active() && !snap.small(ts.limit.limit(), cost)
 	if l := &ts.limit; tenantOn {
-		l.settle(now)
+		covers := l.settleCovers(now, cost)
 		l.offer(counted)
-		if !l.canCover(cost) {
-			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.lim)
+		if !covers {
+			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.limit())
 			if ts.rec.mayBorrow && !l.never(cost) {
 				short := l.shortfall(cost)
 				allowance := ts.allowanceLocked()
@@ -674,25 +674,25 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 	}
 	if slot := ts.rec.endpointSlot(ep); lower == LevelNone && slot >= 0 {
-		if l := ts.endpointLocked(slot, snap, now); l.active() && !snap.small(l.lim, cost) {
+		if l := ts.endpointLocked(slot, snap, now); l.active() && !snap.small(l.limit(), cost) {
 			epLim = l
-			l.settle(now)
+			covers := l.settleCovers(now, cost)
 			l.offer(counted)
-			if !l.canCover(cost) {
-				lower, lowerLim, lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.lim)
+			if !covers {
+				lower, lowerLim, lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.limit())
 			}
 		}
 	}
 	if lower == LevelNone && apiKey != "" {
-		if key = ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && snap.small(key.limit.lim, cost) {
+		if key = ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && snap.small(key.limit.limit(), cost) {
 			key.lastSeen, key = now, nil
 		} else if key != nil && key.limit.active() {
 			key.lastSeen = now
 			l := &key.limit
-			l.settle(now)
+			covers := l.settleCovers(now, cost)
 			l.offer(counted)
-			if !l.canCover(cost) {
-				lower, lowerLim, lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.lim)
+			if !covers {
+				lower, lowerLim, lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.limit())
 			}
 		}
 	}
@@ -832,7 +832,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		e.fair.globalDenials.Add(1)
 	default:
 		d.Level, d.Bound, d.Reason = lower, lower, lowerReason
-		if lowerLim.lim != nil {
+		if lowerLim.limit() != nil {
 			// The limit this decision applies: the plane's, but while mode
 			// central degrades the node's share of it, which is what holds
 			// while it does.
@@ -840,7 +840,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			if lower == LevelTenant {
 				extra = snap.borrowExtra(ts.rec.mayBorrow)
 			}
-			d.Reason = cmp.Or(neverReason(lower, lowerLim.lim, extra, cost), d.Reason)
+			d.Reason = cmp.Or(neverReason(lower, lowerLim.limit(), extra, cost), d.Reason)
 		}
 		wait := lowerLim.retryAfterUs(cost, now)
 		if pool.active() {
@@ -930,8 +930,8 @@ func retryDuration(us int64) time.Duration {
 
 func (pl *planeState) syncLocked(snap *snapshot, now int64) {
 	now = snap.changeTime(now)
-	pl.global.change(snap.global, now)
-	pl.pool.change(snap.pool, now)
+	pl.global.change(snap, snap.global, now)
+	pl.pool.change(snap, snap.pool, now)
 	pl.snap = snap
 }
 

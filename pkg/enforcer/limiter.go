@@ -18,16 +18,54 @@ import (
 // scripts, which count in float64, agree to the token.
 //
 // A limiter is what a million tenants each hold one or more of, so it keeps
-// only what changes per holder: the limit, the level and the time of the
-// last refill (32 bytes). A bucket that enforces its whole limit reads its
-// rate, burst and period from the limit itself; what only some limiters need
-// — a window's entries, a part of the limit (local-reconciled) and the
-// counters its reconcile loop reads — is in x, nil otherwise.
+// only what changes per holder: its limit's shape, the level and the time
+// of the last refill (32 bytes). The shape — the limit's period, rate and
+// burst in the engine's units — is derived once per limit and policy
+// version and shared by every holder (snapshot.shapes); what only some
+// limiters need — a window's entries, a part of the limit (local-reconciled)
+// with its own shape, and the counters its reconcile loop reads — is in x,
+// nil otherwise.
 type limiter struct {
-	lim   *policy.Limit // nil when the level has no limit
-	level int64         // token·µs
-	last  int64         // µs of the last refill
+	sh    *limitShape // nil when the level has no limit
+	level int64       // token·µs
+	last  int64       // µs of the last refill
 	x     *limiterExtra
+}
+
+// limitShape is a limit as a limiter enforces it: whole (shared by its
+// holders) or a part of it (limiterExtra.scaled). Immutable once shared.
+type limitShape struct {
+	lim                             *policy.Limit
+	window                          bool  // policy.SlidingWindow
+	periodUs, rate, burst, capacity int64 // µs, tokens per period, tokens, token·µs
+	perPeriodUs                     float64
+}
+
+// derive makes s lim's shape at part (in (0, 1); 0 or 1 for the whole
+// limit), not below floor tokens.
+func (s *limitShape) derive(lim *policy.Limit, part float64, floor int64) {
+	*s = limitShape{lim: lim, window: lim.Algorithm == policy.SlidingWindow, periodUs: lim.PeriodMicros(), rate: lim.Rate, burst: lim.Burst}
+	if part > 0 && part < 1 {
+		share := lim.Share(part, floor)
+		s.rate, s.burst = share.Rate, share.Burst
+		if !s.window && lim.Rate > 0 && s.burst*s.periodUs <= policy.MaxScaledLevel/partPrecision {
+			// The rate to a thousandth of a token per period rather than
+			// a whole token (a tenth of 10/s would be 1/s, where it is
+			// 1.000/s, and a third of it 3/s, where it is 3.333/s): the
+			// same bucket over partPrecision periods.
+			s.periodUs *= partPrecision
+			s.rate = max(1, int64(math.Round(float64(lim.Rate)*part*partPrecision)))
+		}
+	}
+	s.capacity = s.burst * s.periodUs
+	s.perPeriodUs = 1 / float64(s.periodUs)
+}
+
+// wholeShape is lim's shape, whole.
+func wholeShape(lim *policy.Limit) *limitShape {
+	s := new(limitShape)
+	s.derive(lim, 0, 0)
+	return s
 }
 
 // limiterExtra is the part of a limiter that only windows and limiters of
@@ -35,10 +73,9 @@ type limiter struct {
 type limiterExtra struct {
 	window *slidingWindow // non-nil for policy.SlidingWindow
 
-	// scaled: periodUs, rate and burst are the part's (reset), not the
-	// limit's.
-	scaled                bool
-	periodUs, rate, burst int64
+	// scaled is the shape of the part, which the limiter's shape points
+	// to while part is in (0, 1).
+	scaled limitShape
 
 	// part is the part of lim this node enforces (local-reconciled: its
 	// share of the fleet's limit; reconcile.go), in (0, 1]; 0 is all of
@@ -59,18 +96,26 @@ type limiterExtra struct {
 	used, offered int64
 }
 
-func (l *limiter) active() bool { return l.lim != nil }
+func (l *limiter) active() bool { return l.sh != nil }
+
+// limit is the limit in force, nil for none.
+func (l *limiter) limit() *policy.Limit {
+	if l.sh == nil {
+		return nil
+	}
+	return l.sh.lim
+}
+
+// scaled reports whether the limiter enforces a part of its limit.
+func (l *limiter) scaled() bool { return l.x != nil && l.sh == &l.x.scaled }
 
 // shape is the bucket's period (µs), rate (tokens per period) and burst
-// (tokens): the limit's, or its part's.
+// (tokens): the limit's, or its part's; 0s without a limit.
 func (l *limiter) shape() (periodUs, rate, burst int64) {
-	if x := l.x; x != nil && x.scaled {
-		return x.periodUs, x.rate, x.burst
+	if s := l.sh; s != nil {
+		return s.periodUs, s.rate, s.burst
 	}
-	if l.lim == nil {
-		return 0, 0, 0
-	}
-	return l.lim.PeriodMicros(), l.lim.Rate, l.lim.Burst
+	return 0, 0, 0
 }
 
 func (l *limiter) periodUs() int64 { p, _, _ := l.shape(); return p }
@@ -87,8 +132,10 @@ func (l *limiter) window() *slidingWindow {
 
 // capacity is the bucket size in token·µs.
 func (l *limiter) capacity() int64 {
-	p, _, b := l.shape()
-	return b * p
+	if l.sh == nil {
+		return 0
+	}
+	return l.sh.capacity
 }
 
 // fleetPart reports whether the reconcile loop sized the limiter's part,
@@ -134,32 +181,32 @@ func (l *limiter) offer(cost int64) {
 
 // reset puts l in force for lim (its part) with a full bucket (or an empty
 // window); its part and counters carry over.
-func (l *limiter) reset(lim *policy.Limit, now int64) {
+func (l *limiter) reset(lim *policy.Limit, now int64) { l.resetShape(lim, nil, now) }
+
+// resetShape is reset with whole, lim's whole shape when the caller has it
+// (a snapshot's, shared), nil for one to be made.
+func (l *limiter) resetShape(lim *policy.Limit, whole *limitShape, now int64) {
 	x := l.x
 	if x != nil {
-		x.window, x.scaled = nil, false
+		x.window = nil
 	}
-	*l = limiter{lim: lim, x: x}
+	*l = limiter{x: x}
 	if lim == nil {
 		return
 	}
-	if lim.Algorithm == policy.SlidingWindow {
+	switch {
+	case x != nil && x.part > 0 && x.part < 1:
+		x.scaled.derive(lim, x.part, x.floor)
+		l.sh = &x.scaled
+	case whole != nil && whole.lim == lim:
+		l.sh = whole
+	default:
+		l.sh = wholeShape(lim)
+	}
+	if l.sh.window {
 		l.extra().window = &slidingWindow{}
 	}
-	if x != nil && x.part > 0 && x.part < 1 {
-		s := lim.Share(x.part, x.floor)
-		x.scaled = true
-		x.periodUs, x.rate, x.burst = lim.PeriodMicros(), s.Rate, s.Burst
-		if lim.Algorithm != policy.SlidingWindow && lim.Rate > 0 && x.burst*x.periodUs <= policy.MaxScaledLevel/partPrecision {
-			// The rate to a thousandth of a token per period rather than
-			// a whole token (a tenth of 10/s would be 1/s, where it is
-			// 1.000/s, and a third of it 3/s, where it is 3.333/s): the
-			// same bucket over partPrecision periods.
-			x.periodUs *= partPrecision
-			x.rate = max(1, int64(math.Round(float64(lim.Rate)*x.part*partPrecision)))
-		}
-	}
-	l.level = l.capacity()
+	l.level = l.sh.capacity
 	l.last = now
 }
 
@@ -171,19 +218,29 @@ func (l *limiter) extra() *limiterExtra {
 	return l.x
 }
 
-// change puts lim in force keeping the state: tokens are first settled at the
-// old rate up to now (as x/time/rate's SetLimitAt does), then carried over,
-// capped by the new burst. A change of algorithm starts afresh.
-func (l *limiter) change(lim *policy.Limit, now int64) {
+// change puts lim (whose shape in snap is shared) in force keeping the
+// state: tokens are first settled at the old rate up to now (as
+// x/time/rate's SetLimitAt does), then carried over, capped by the new
+// burst. A change of algorithm starts afresh.
+func (l *limiter) change(snap *snapshot, lim *policy.Limit, now int64) {
+	old := l.limit()
+	whole := snap.shapeOf(lim)
 	switch {
-	case lim == nil || l.lim == nil || lim.Algorithm != l.lim.Algorithm:
-		l.reset(lim, now)
+	case lim == nil || old == nil || lim.Algorithm != old.Algorithm:
+		l.resetShape(lim, whole, now)
 		return
-	case *lim == *l.lim:
-		l.lim = lim
+	case *lim == *old:
+		switch {
+		case l.scaled():
+			l.x.scaled.lim = lim
+		case whole != nil:
+			l.sh = whole
+		default:
+			l.sh = wholeShape(lim)
+		}
 		return
 	}
-	l.rebuild(lim, now)
+	l.rebuild(lim, whole, now)
 }
 
 // setPart makes the limiter enforce part of its limit (in (0, 1], 0 for
@@ -200,8 +257,12 @@ func (l *limiter) setPart(part float64, floor, now int64) {
 		return
 	}
 	x.part, x.floor = part, floor
-	if l.lim != nil {
-		l.rebuild(l.lim, now)
+	if l.sh != nil {
+		var whole *limitShape
+		if !l.scaled() {
+			whole = l.sh
+		}
+		l.rebuild(l.sh.lim, whole, now)
 	}
 }
 
@@ -214,13 +275,13 @@ func (l *limiter) setFleetPart(fleet bool, part float64, now int64) {
 }
 
 // partPrecision is how finely a part's rate is kept: in thousandths of a
-// token per period (limiter.reset).
+// token per period (limitShape.derive).
 const partPrecision = 1000
 
 // fit sizes a tenant's limiter for snap: the part the reconcile loop gave
-// it, in mode local-reconciled, else the snapshot's. In mode
-// local-reconciled the limiter counts what it takes and is offered, which
-// the reconcile loop pushes.
+// it, in mode local-reconciled, else the snapshot's; a whole limit's shape
+// is then snap's, shared. In mode local-reconciled the limiter counts what
+// it takes and is offered, which the reconcile loop pushes.
 func (l *limiter) fit(snap *snapshot, now int64) {
 	part := snap.part
 	switch {
@@ -238,21 +299,26 @@ func (l *limiter) fit(snap *snapshot, now int64) {
 	// split over the live nodes, one of the costliest that the node
 	// decides at this level (costlier ones are decided in Redis: hybrid.go).
 	floor := snap.maxCost
-	if l.lim != nil && snap.splitOver > 1 {
-		floor = min(floor, max(capacityOf(l.lim)/snap.splitOver, 1))
+	if lim := l.limit(); lim != nil && snap.splitOver > 1 {
+		floor = min(floor, max(capacityOf(lim)/snap.splitOver, 1))
 	}
 	l.setPart(part, floor, now)
-	if x := l.x; x != nil && x.window == nil && !x.scaled && !x.counting && x.used == 0 && x.offered == 0 {
+	if l.sh != nil && !l.scaled() {
+		if whole := snap.shapeOf(l.sh.lim); whole != nil {
+			l.sh = whole
+		}
+	}
+	if x := l.x; x != nil && x.window == nil && !l.scaled() && !x.counting && x.used == 0 && x.offered == 0 {
 		l.x = nil // the whole limit, as a fresh limiter enforces it
 	}
 }
 
-// rebuild puts lim in force at the limiter's part, keeping its state: a
-// window its entries, a bucket its tokens settled up to now and capped by
-// the new burst.
-func (l *limiter) rebuild(lim *policy.Limit, now int64) {
+// rebuild puts lim (whose whole shape is whole, or nil) in force at the
+// limiter's part, keeping its state: a window its entries, a bucket its
+// tokens settled up to now and capped by the new burst.
+func (l *limiter) rebuild(lim *policy.Limit, whole *limitShape, now int64) {
 	if w := l.window(); w != nil {
-		l.reset(lim, now)
+		l.resetShape(lim, whole, now)
 		if l.window() != nil {
 			l.x.window = w // entries are absolute times and costs: still valid
 		}
@@ -260,7 +326,7 @@ func (l *limiter) rebuild(lim *policy.Limit, now int64) {
 	}
 	l.refill(now)
 	oldPeriod, level, last := l.periodUs(), l.level, l.last
-	l.reset(lim, now)
+	l.resetShape(lim, whole, now)
 	l.last = max(last, now) // a change never moves the clock back
 	periodUs, _, burst := l.shape()
 	// The tokens, level/oldPeriod, carry over capped by the new burst. Only
@@ -291,16 +357,19 @@ func (l *limiter) refill(now int64) {
 	}
 	elapsed := now - l.last
 	l.last = now
-	periodUs, rate, burst := l.shape()
-	capacity := burst * periodUs
-	// elapsed×rate ≥ capacity: full whatever the level (the time to fill
-	// from empty has passed). Below it the sum cannot overflow.
-	hi, lo := bits.Mul64(uint64(elapsed), uint64(rate))
-	if hi != 0 || lo >= uint64(capacity) {
-		l.level = capacity
+	s := l.sh
+	if s == nil { // no limit: a bucket of nothing
+		l.level = min(l.level, 0)
 		return
 	}
-	l.level = min(l.level+int64(lo), capacity)
+	// elapsed×rate ≥ capacity: full whatever the level (the time to fill
+	// from empty has passed). Below it the sum cannot overflow.
+	hi, lo := bits.Mul64(uint64(elapsed), uint64(s.rate))
+	if hi != 0 || lo >= uint64(s.capacity) {
+		l.level = s.capacity
+		return
+	}
+	l.level = min(l.level+int64(lo), s.capacity)
 }
 
 // canCover reports whether cost tokens are available (after the refill or
@@ -337,10 +406,22 @@ func (l *limiter) settle(now int64) {
 	l.refill(now)
 }
 
+// settleCovers is settle then canCover, the limit's shape read once: the
+// decision's step at each level.
+func (l *limiter) settleCovers(now, cost int64) bool {
+	if l.x != nil {
+		l.settle(now)
+		return l.canCover(cost)
+	}
+	l.refill(now)
+	s := l.sh
+	return cost <= s.burst && cost*s.periodUs <= l.level
+}
+
 // lack settles l at now and returns the whole tokens it lacks of a full
 // bucket, rounded up (central.recovered). 0 for a window or no limit.
 func (l *limiter) lack(now int64) int64 {
-	if l.lim == nil || l.window() != nil {
+	if l.sh == nil || l.window() != nil {
 		return 0
 	}
 	l.refill(now)
@@ -376,11 +457,14 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 // integer multiplication each way (level < 2^53 makes the estimate off by at
 // most one).
 func (l *limiter) remaining() int64 {
-	q := int64(l.estimate())
+	if l.sh == nil {
+		return 0
+	}
 	if l.window() != nil {
-		return q // exact for a window
+		return int64(l.estimate()) // exact for a window
 	}
 	periodUs := l.periodUs()
+	q := int64(float64(l.level) * l.sh.perPeriodUs)
 	switch {
 	case q*periodUs > l.level:
 		q--
@@ -392,11 +476,14 @@ func (l *limiter) remaining() int64 {
 
 // estimate is remaining as a float, off by at most one token.
 func (l *limiter) estimate() float64 {
-	periodUs, rate, _ := l.shape()
+	if l.sh == nil {
+		return 0
+	}
+	_, rate, _ := l.shape()
 	if w := l.window(); w != nil {
 		return float64(max(rate-w.sum, 0))
 	}
-	return float64(l.level) * (1 / float64(periodUs))
+	return float64(l.level) * l.sh.perPeriodUs
 }
 
 // remainingAt is remaining at now without changing the limiter: what a
@@ -423,7 +510,7 @@ func (l *limiter) remainingAt(now int64) int64 {
 // full reports whether the limiter is as a fresh one would be, so that its
 // holder can be forgotten without changing any future decision.
 func (l *limiter) full() bool {
-	if l.lim == nil {
+	if l.sh == nil {
 		return true
 	}
 	if w := l.window(); w != nil {

@@ -92,8 +92,8 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 			if holder == "" {
 				holder = keyspace.Holder(ts.name)
 			}
-			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, lim: l.lim,
-				name: levelName(prefix, level, holder, endpoint, key, l.lim), tokens: used, offered: offered})
+			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, lim: l.limit(),
+				name: levelName(prefix, level, holder, endpoint, key, l.limit()), tokens: used, offered: offered})
 			l.clearCounters()
 		}
 		add(&ts.limit, LevelTenant, -1, "", "")
@@ -215,7 +215,7 @@ func (b *levelBucket) limiterLocked(snap *snapshot) *limiter {
 			l = &ks.limit
 		}
 	}
-	if l == nil || l.lim != b.lim {
+	if l == nil || l.limit() != b.lim {
 		return nil
 	}
 	return l

@@ -104,7 +104,7 @@ func (ts *tenantState) endpointLocked(slot int, snap *snapshot, now int64) *limi
 		now = snap.changeTime(now)
 		m.endpoints = make([]limiter, len(ts.rec.endpoints))
 		for i, re := range ts.rec.endpoints {
-			m.endpoints[i].reset(re.lim, now)
+			m.endpoints[i].resetShape(re.lim, snap.shapeOf(re.lim), now)
 			m.endpoints[i].fit(snap, now)
 		}
 	}
@@ -216,7 +216,7 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 	old := ts.rec
 	ts.rec, ts.known = snap.recordOf(ts.name, ts.requestedTier())
 	t := &ts.rec.tenant
-	ts.limit.change(t.Limit, now)
+	ts.limit.change(snap, t.Limit, now)
 	ts.limit.fit(snap, now)
 	if ts.allowanceLocked() == nil && snap.borrowCeiling != nil {
 		// Every tenant of a plane with a pool, whether it may borrow or
@@ -227,7 +227,7 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 		ts.moreLocked().allowance = new(limiter)
 	}
 	if a := ts.allowanceLocked(); a != nil {
-		a.change(snap.borrowCeiling, now)
+		a.change(snap, snap.borrowCeiling, now)
 	}
 
 	// The endpoint limiters carry over only when the tenant has used one:
@@ -238,9 +238,9 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 		for i, re := range limited {
 			if l := ts.endpointLimiter(old, snap.endpoints[re.ep].Name); l != nil {
 				endpoints[i] = *l
-				endpoints[i].change(re.lim, now)
+				endpoints[i].change(snap, re.lim, now)
 			} else {
-				endpoints[i].reset(re.lim, now)
+				endpoints[i].resetShape(re.lim, snap.shapeOf(re.lim), now)
 			}
 			endpoints[i].fit(snap, now)
 		}
@@ -257,7 +257,7 @@ func (ts *tenantState) syncLocked(snap *snapshot, now int64, keys *keyBudget) {
 			ts.deleteKeyLocked(ks, keys)
 			continue
 		}
-		ks.limit.change(lim, now)
+		ks.limit.change(snap, lim, now)
 		ks.limit.fit(snap, now)
 	}
 	ts.snap = snap
@@ -303,7 +303,7 @@ func (ts *tenantState) sustainableRate(snap *snapshot) float64 {
 	if !ts.limit.active() {
 		return math.Inf(1)
 	}
-	rate := perSecond(*ts.limit.lim)
+	rate := perSecond(*ts.limit.limit())
 	if ts.rec.mayBorrow && snap.pool != nil {
 		rate += perSecond(*snap.pool)
 	}
@@ -351,7 +351,7 @@ func (ts *tenantState) keyLocked(key string, snap *snapshot, keys *keyBudget, no
 		key = strings.Clone(key) // do not pin the caller's buffer
 	}
 	ks := &keyState{key: key}
-	ks.limit.reset(lim, now)
+	ks.limit.resetShape(lim, snap.shapeOf(lim), now)
 	ks.limit.fit(snap, now)
 	ts.keys.put(ks)
 	keys.count.Add(1)

@@ -133,7 +133,7 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 	}
 	add := func(level Level, name string, l *limiter) {
 		if l.active() {
-			s.Limits = append(s.Limits, LimitStatus{Level: level, Name: name, Limit: *l.lim, Remaining: l.remainingAt(nowUs)})
+			s.Limits = append(s.Limits, LimitStatus{Level: level, Name: name, Limit: *l.limit(), Remaining: l.remainingAt(nowUs)})
 		}
 	}
 	add(LevelTenant, "", &ts.limit)
