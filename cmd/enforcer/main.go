@@ -99,11 +99,11 @@ func run() error {
 	memoryLimit := flag.Int64("memory-limit", envflag.Int("QUOTAPLANE_MEMORY_LIMIT", 0),
 		"the container's memory limit, bytes (the manifests set it from limits.memory): the Go memory limit is set to 90% of it, and the state caps are sized to it (enforcer.StateBounds) [QUOTAPLANE_MEMORY_LIMIT]")
 	maxTenants := flag.Int("max-tenants", int(envflag.Int("QUOTAPLANE_MAX_TENANTS", 0)),
-		"tenants the policy does not name that keep a state of their own; beyond it they share one (default: sized to -memory-limit, else 50,000) [QUOTAPLANE_MAX_TENANTS]")
+		"tenants the policy does not name that keep a state of their own; beyond it they share one (default: sized to -memory-limit, else 1,000,000) [QUOTAPLANE_MAX_TENANTS]")
 	drain := flag.Duration("drain", envflag.Duration("QUOTAPLANE_DRAIN", 5*time.Second),
 		"on SIGTERM, how long /readyz answers 503 while the listeners keep serving, before they stop: time for Services and gateways to stop sending [QUOTAPLANE_DRAIN]")
 	maxKeys := flag.Int("max-keys", int(envflag.Int("QUOTAPLANE_MAX_KEYS", 0)),
-		"api keys that keep a state of their own across all tenants (default: sized to -memory-limit, else 200,000) [QUOTAPLANE_MAX_KEYS]")
+		"api keys that keep a state of their own across all tenants (default: sized to -memory-limit, else 1,000,000) [QUOTAPLANE_MAX_KEYS]")
 	logOpts := logging.Register(flag.CommandLine)
 	flag.Parse()
 	if _, err := logOpts.Setup(os.Stderr); err != nil {

@@ -247,7 +247,7 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 		ts.mu.Lock()
 		offered, arrivals := ts.offered, ts.arrivals
 		ts.offered, ts.arrivals = 0, 0
-		tier := ts.requestedTier
+		tier := ts.requestedTier()
 		ts.mu.Unlock()
 		if first || ts.name == overflowName {
 			continue

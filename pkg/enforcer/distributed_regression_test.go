@@ -203,7 +203,7 @@ func TestCentralBreakerNotStuckByAbandonedBatch(t *testing.T) {
 func TestShareRateWithoutDemand(t *testing.T) {
 	var f fairness
 	ts := &tenantState{rec: &tenantRecord{tenant: policy.Tenant{Weight: 3}}}
-	ts.partBits.Store(math.Float64bits(0))
+	ts.setPart(0)
 	f.levelBits[0].Store(math.Float64bits(math.Inf(1)))
 	if r := f.shareRate(ts); !math.IsInf(r, 1) {
 		t.Fatalf("share rate %v, want +Inf (no pacing)", r)

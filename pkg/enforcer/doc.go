@@ -211,12 +211,15 @@
 // forgetting it never changes a decision; the number of such tenants and of
 // keys per tenant is bounded, beyond which newcomers share one state. A
 // tenant's state holds only what is its own: its buckets (an endpoint's only
-// where it has a limit there, the borrow allowance only on a plane with a
-// burst pool), its first api key's state beside it (a map only from the
-// second), its counters, and a pointer to what the policy says of it,
-// resolved once per policy version for each named tenant and each tier's
-// unknown tenants (tenantRecord). About 580 bytes a tenant, 740 with one api key
-// (BenchmarkTenantMemory). Each tenant keeps a trace of its last TraceLength
+// once it used a limited endpoint, the borrow allowance only on a plane with
+// a burst pool), its first api key's state (a map only from the second),
+// its counters, and a pointer to what the policy says of it, resolved once
+// per policy version for each named tenant and each tier's unknown tenants
+// (tenantRecord); a bucket is its limit's shape, shared by every holder and
+// derived once per policy version (limitShape), its level and its clock.
+// What only some tenants need is in tenantMore, made when needed. About 195
+// bytes a tenant, 275 with one api key, its name and its slot in the
+// registry included (BenchmarkTenantMemory). Each tenant keeps a trace of its last TraceLength
 // decisions (api keys as their short hash) for the debug view
 // (TenantStatusAt): from its first decision for a tenant the policy names,
 // from its first denial for one it does not (most of a million unknown

@@ -119,7 +119,8 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithMaxTenants bounds the tenants the engine keeps state for, beyond those
-// the policy names (default 50,000). Unknown tenants beyond it share one state.
+// the policy names (default 1,000,000: about 240 MB). Unknown tenants
+// beyond it share one state.
 func WithMaxTenants(n int) Option { return func(e *Engine) { e.settings.maxTenants = n } }
 
 // WithMaxKeysPerTenant bounds the api keys with state per tenant (default
@@ -127,14 +128,15 @@ func WithMaxTenants(n int) Option { return func(e *Engine) { e.settings.maxTenan
 func WithMaxKeysPerTenant(n int) Option { return func(e *Engine) { e.settings.maxKeys = n } }
 
 // WithMaxKeys bounds the api keys with state across all tenants (default
-// 200,000); beyond it new keys share their tenant's overflow limiter.
+// 1,000,000: about 80 MB); beyond it new keys share their tenant's
+// overflow limiter.
 func WithMaxKeys(n int) Option { return func(e *Engine) { e.settings.maxKeysTotal = n } }
 
 // StateBounds sizes WithMaxTenants and WithMaxKeys to a memory budget of
 // memoryBytes (a container's limit): half of it for tenant states, at
 // TenantStateBytes a tenant with two api keys of KeyStateBytes each, at
-// least 1,000 tenants. A 256 MiB enforcer keeps 129,000 tenants and
-// 258,000 keys; 1 GiB, 516,000 and 1,032,000.
+// least 1,000 tenants. A 256 MiB enforcer keeps 335,000 tenants and
+// 671,000 keys; 1 GiB, 1,342,000 and 2,684,000.
 func StateBounds(memoryBytes int64) (tenants, keys int) {
 	tenants = max(int(memoryBytes/2/(TenantStateBytes+2*KeyStateBytes)), 1_000)
 	return tenants, 2 * tenants
@@ -142,10 +144,11 @@ func StateBounds(memoryBytes int64) (tenants, keys int) {
 
 // TenantStateBytes and KeyStateBytes are what the engine keeps for a
 // tenant and for an api key, rounded up from BenchmarkTenantMemory (a
-// million tenants: 636 and 160 bytes).
+// million tenants: 232 and 80 bytes; a tenant's includes the fairness
+// tick's 40 bytes of scratch per tenant).
 const (
-	TenantStateBytes = 640
-	KeyStateBytes    = 200
+	TenantStateBytes = 240
+	KeyStateBytes    = 80
 )
 
 // WithIdleTTL sets how long an unknown tenant or an api key stays idle before
@@ -229,9 +232,9 @@ func New(p *policy.Policy, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("enforcer: nil policy")
 	}
 	e := &Engine{settings: settings{
-		maxTenants:     50_000,
+		maxTenants:     1_000_000,
 		maxKeys:        10_000,
-		maxKeysTotal:   200_000,
+		maxKeysTotal:   1_000_000,
 		idleTTL:        time.Minute,
 		tickInterval:   100 * time.Millisecond,
 		demandWindow:   500 * time.Millisecond,
@@ -617,9 +620,9 @@ func (e *Engine) decideAndUnlock(snap *snapshot, ts *tenantState, r *Request, ep
 func (e *Engine) bringLocked(snap *snapshot, ts *tenantState, r *Request, now int64) {
 	if ts.snap != snap {
 		ts.syncLocked(snap, now, &e.keys)
-	} else if !ts.known && r.Tier != ts.requestedTier && ts.name != overflowName {
+	} else if !ts.known && r.Tier != ts.requestedTier() && ts.name != overflowName {
 		// An unknown tenant's tier follows its requests (Request.Tier).
-		ts.requestedTier = strings.Clone(r.Tier)
+		ts.moreLocked().requestedTier = strings.Clone(r.Tier)
 		ts.syncLocked(snap, now, &e.keys)
 	}
 }
@@ -652,16 +655,17 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	}
 	// A level too small to split for this cost was decided in Redis
 	// (hybrid.go): it is not the node's.
-	tenantOn := ts.limit.active() && !snap.small(ts.limit.lim, cost)
+	tenantOn := ts.limit.active() && !snap.small(ts.limit.limit(), cost)
 	if l := &ts.limit; tenantOn {
-		l.settle(now)
-		l.offered += counted
-		if !l.canCover(cost) {
-			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.lim)
+		covers := l.settleCovers(now, cost)
+		l.offer(counted)
+		if !covers {
+			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.limit())
 			if ts.rec.mayBorrow && !l.never(cost) {
 				short := l.shortfall(cost)
-				ts.allowance.settle(now)
-				if ts.allowance.canCover(short) {
+				allowance := ts.allowanceLocked()
+				allowance.settle(now)
+				if allowance.canCover(short) {
 					lower, borrow = LevelNone, short
 				} else {
 					lowerReason = snap.reason(reasonTenantCeiling, ts.rec.tenant.Limit)
@@ -670,25 +674,25 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 	}
 	if slot := ts.rec.endpointSlot(ep); lower == LevelNone && slot >= 0 {
-		if l := &ts.endpoints[slot]; l.active() && !snap.small(l.lim, cost) {
+		if l := ts.endpointLocked(slot, snap, now); l.active() && !snap.small(l.limit(), cost) {
 			epLim = l
-			l.settle(now)
-			l.offered += counted
-			if !l.canCover(cost) {
-				lower, lowerLim, lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.lim)
+			covers := l.settleCovers(now, cost)
+			l.offer(counted)
+			if !covers {
+				lower, lowerLim, lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.limit())
 			}
 		}
 	}
 	if lower == LevelNone && apiKey != "" {
-		if key = ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && snap.small(key.limit.lim, cost) {
+		if key = ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && snap.small(key.limit.limit(), cost) {
 			key.lastSeen, key = now, nil
 		} else if key != nil && key.limit.active() {
 			key.lastSeen = now
 			l := &key.limit
-			l.settle(now)
-			l.offered += counted
-			if !l.canCover(cost) {
-				lower, lowerLim, lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.lim)
+			covers := l.settleCovers(now, cost)
+			l.offer(counted)
+			if !covers {
+				lower, lowerLim, lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.limit())
 			}
 		}
 	}
@@ -707,11 +711,12 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		if shareRate = e.fair.shareRate(ts); !math.IsInf(shareRate, 1) {
 			paced = true
 			shareCap = e.shareBurstTokens(shareRate, snap)
-			if ts.share.last == 0 {
-				ts.share.start(e.fair.contendedSince.Load(), float64(snap.minCost))
+			share := &ts.moreLocked().share
+			if share.last == 0 {
+				share.start(e.fair.contendedSince.Load(), float64(snap.minCost))
 			}
-			ts.share.settle(now, shareRate, shareCap)
-			shareOK = ts.share.covers(float64(cost), shareCap)
+			share.settle(now, shareRate, shareCap)
+			shareOK = share.covers(float64(cost), shareCap)
 		}
 	}
 
@@ -776,7 +781,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	if mode == fromQueue && (allow || globalOK && shareOK) {
 		// The waiter's final outcome: its arrival was counted as a global
 		// denial, which this outcome replaces.
-		ts.stats.denied[globalLevel]--
+		ts.moreLocked().denied[globalLevel]--
 	}
 	switch {
 	case allow:
@@ -784,7 +789,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			g.take(&ts.limit, cost-borrow, now)
 		}
 		if borrow > 0 {
-			g.take(ts.allowance, borrow, now)
+			g.take(ts.more.allowance, borrow, now)
 			d.Borrowed = borrow
 		}
 		if epLim != nil {
@@ -794,7 +799,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			g.take(&key.limit, cost, now)
 		}
 		if paced {
-			g.takeShare(&ts.share, float64(cost))
+			g.takeShare(&ts.more.share, float64(cost))
 		}
 		tenantLim := &ts.limit
 		if !tenantOn {
@@ -819,7 +824,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		}
 		if !shareOK {
 			// Shares are computed again every tick: no longer than that.
-			shareWait := min(ts.share.retryAfterUs(float64(cost), shareCap, shareRate), e.settings.tickInterval.Microseconds())
+			shareWait := min(ts.more.share.retryAfterUs(float64(cost), shareCap, shareRate), e.settings.tickInterval.Microseconds())
 			globalRetry = max(globalRetry, shareWait)
 		}
 		d.RetryAfter = retryDuration(globalRetry)
@@ -827,7 +832,7 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 		e.fair.globalDenials.Add(1)
 	default:
 		d.Level, d.Bound, d.Reason = lower, lower, lowerReason
-		if lowerLim.lim != nil {
+		if lowerLim.limit() != nil {
 			// The limit this decision applies: the plane's, but while mode
 			// central degrades the node's share of it, which is what holds
 			// while it does.
@@ -835,11 +840,11 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 			if lower == LevelTenant {
 				extra = snap.borrowExtra(ts.rec.mayBorrow)
 			}
-			d.Reason = cmp.Or(neverReason(lower, lowerLim.lim, extra, cost), d.Reason)
+			d.Reason = cmp.Or(neverReason(lower, lowerLim.limit(), extra, cost), d.Reason)
 		}
 		wait := lowerLim.retryAfterUs(cost, now)
 		if pool.active() {
-			wait = borrowWaitUs(&ts.limit, ts.allowance, &pool, cost, now, wait)
+			wait = borrowWaitUs(&ts.limit, ts.more.allowance, &pool, cost, now, wait)
 		}
 		d.RetryAfter = retryDuration(wait)
 		d.Remaining = lowerLim.remaining()
@@ -925,8 +930,8 @@ func retryDuration(us int64) time.Duration {
 
 func (pl *planeState) syncLocked(snap *snapshot, now int64) {
 	now = snap.changeTime(now)
-	pl.global.change(snap.global, now)
-	pl.pool.change(snap.pool, now)
+	pl.global.change(snap, snap.global, now)
+	pl.pool.change(snap, snap.pool, now)
 	pl.snap = snap
 }
 

@@ -222,8 +222,8 @@ func (e *Engine) lackOf(s standIn, local *snapshot, now int64) int64 {
 		return ts.limit.lack(now)
 	case LevelEndpoint:
 		if ep, _, ok := local.endpoint(s.endpoint); ok && ts.rec != nil {
-			if slot := ts.rec.endpointSlot(ep); slot >= 0 {
-				return ts.endpoints[slot].lack(now)
+			if slot, eps := ts.rec.endpointSlot(ep), ts.endpointsLocked(); slot >= 0 && slot < len(eps) {
+				return eps[slot].lack(now) // none made yet: full, it lacks nothing
 			}
 		}
 	case LevelKey:

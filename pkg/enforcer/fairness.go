@@ -123,7 +123,7 @@ func (f *fairness) shareRate(ts *tenantState) float64 {
 	if math.IsInf(level, 1) {
 		return level // the tier's whole demand fits: no pacing, whatever the part
 	}
-	return level * float64(ts.rec.tenant.Weight) * math.Float64frombits(ts.partBits.Load())
+	return level * float64(ts.rec.tenant.Weight) * ts.part()
 }
 
 // tick measures demand, reallocates contended capacity and prunes idle state.
@@ -194,7 +194,7 @@ func (e *Engine) tick(now int64) {
 		if demand > 0 && scale != 1 {
 			part = demand / whole // in (0, 1]; 1 when the demand is gone
 		}
-		ts.partBits.Store(math.Float64bits(part))
+		ts.setPart(part)
 		f.demands[i] = whole
 		total += whole
 	}
@@ -254,7 +254,10 @@ func (f *fairness) reallocate(snap *snapshot, scale, total float64, denials int6
 // short window: a whale's spike is seen at once and its end within a
 // window of demandWindow.
 func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds float64, maxWindow time.Duration) float64 {
-	fresh := ts.demandWeight == 0
+	// The averages are kept in float32 (a million tenants' state) and
+	// computed in float64.
+	average, weight, arrivalAverage := float64(ts.demandAverage), float64(ts.demandWeight), float64(ts.arrivalAverage)
+	fresh := weight == 0
 	if fresh && arrivals > 0 {
 		// The arrival that starts a tenant's average is there because the
 		// average starts with it: counted, it would add one arrival to
@@ -270,7 +273,7 @@ func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds
 	// request arrived and long when none did, and bias the average up.
 	window := maxWindow.Seconds()
 	if !fresh {
-		if rate := ts.arrivalAverage / ts.demandWeight; rate > 0 {
+		if rate := arrivalAverage / weight; rate > 0 {
 			window = min(max(e.settings.demandWindow.Seconds(), demandSamples/rate), window)
 		}
 	}
@@ -279,17 +282,18 @@ func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds
 	// demand for several time constants; dividing by the weight the
 	// average has gathered so far (as Adam does) removes that bias, so a
 	// surge of new demand is seen at the first tick.
-	ts.demandAverage += alpha * (instant - ts.demandAverage)
-	ts.arrivalAverage += alpha * (arrivalRate - ts.arrivalAverage)
-	ts.demandWeight += alpha * (1 - ts.demandWeight)
-	demand := ts.demandAverage / ts.demandWeight
-	if demand < 1e-9 && ts.demandWeight > 0.99 {
+	average += alpha * (instant - average)
+	arrivalAverage += alpha * (arrivalRate - arrivalAverage)
+	weight += alpha * (1 - weight)
+	demand := average / weight
+	if demand < 1e-9 && weight > 0.99 {
 		// Idle for some windows: start the average afresh, so a tenant
 		// that comes back is measured as a new one is, whether or not its
 		// state was pruned meanwhile. (A fresh average stays at 0 until
 		// the tenant's second arrival.)
-		demand, ts.demandAverage, ts.demandWeight, ts.arrivalAverage = 0, 0, 0, 0
+		demand, average, weight, arrivalAverage = 0, 0, 0, 0
 	}
+	ts.demandAverage, ts.demandWeight, ts.arrivalAverage = float32(average), float32(weight), float32(arrivalAverage)
 	return demand
 }
 
@@ -490,10 +494,7 @@ func (e *Engine) prune(now int64) {
 	cutoff := now - e.settings.idleTTL.Microseconds()
 	sh := &e.tenants.shards[e.fair.ticks%registryShards]
 	sh.mu.RLock()
-	candidates := e.swapScratch[:0]
-	for _, ts := range sh.tenants {
-		candidates = append(candidates, ts)
-	}
+	candidates := sh.tenants.appendTo(e.swapScratch[:0])
 	sh.mu.RUnlock()
 	e.swapScratch = candidates
 	defer clear(candidates)

@@ -184,7 +184,8 @@ var groupPool = sync.Pool{New: func() any {
 // take debits cost from l, noting it when g is a group; g may be nil.
 func (g *group) take(l *limiter, cost, now int64) {
 	if g != nil {
-		g.undo = append(g.undo, undoEntry{lim: l, level: l.level, used: l.used})
+		used, _ := l.counters()
+		g.undo = append(g.undo, undoEntry{lim: l, level: l.level, used: used})
 	}
 	l.take(cost, now)
 }
@@ -206,11 +207,11 @@ func (g *group) undoLocked() {
 		switch {
 		case u.share != nil:
 			u.share.level = u.fill
-		case u.lim.window != nil:
-			u.lim.window.removeNewest()
-			u.lim.used = u.used
+		case u.lim.window() != nil:
+			u.lim.window().removeNewest()
+			u.lim.undo(u.lim.level, u.used)
 		default:
-			u.lim.level, u.lim.used = u.level, u.used
+			u.lim.undo(u.level, u.used)
 		}
 	}
 }

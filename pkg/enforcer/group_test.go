@@ -119,8 +119,8 @@ func stateAt(t *testing.T, e *Engine, c *redis.Client, now time.Time) string {
 		switch {
 		case l == nil || !l.active():
 			return ""
-		case l.window != nil:
-			if left := l.remainingAt(nowUs); left < l.rate {
+		case l.window() != nil:
+			if left := l.remainingAt(nowUs); left < l.rate() {
 				return fmt.Sprintf(" %s w%d", name, left)
 			}
 			return ""
@@ -148,11 +148,13 @@ func stateAt(t *testing.T, e *Engine, c *redis.Client, now time.Time) string {
 	slices.SortFunc(states, func(a, b *tenantState) int { return strings.Compare(a.name, b.name) })
 	for _, ts := range states {
 		ts.mu.Lock()
-		line := counter("admitted", ts.stats.admitted) + counter("cost", ts.stats.admittedCost) + counter("borrowed", ts.stats.borrowed)
+		c := ts.countersLocked()
+		line := counter("admitted", c.admitted) + counter("cost", c.admittedCost) + counter("borrowed", c.borrowed)
 		if ts.snap != nil {
-			line += level("tenant", &ts.limit) + level("allowance", ts.allowance)
-			for i := range ts.endpoints {
-				line += level(ts.snap.endpoints[ts.rec.endpoints[i].ep].Name, &ts.endpoints[i])
+			line += level("tenant", &ts.limit) + level("allowance", ts.allowanceLocked())
+			eps := ts.endpointsLocked()
+			for i := range eps {
+				line += level(ts.snap.endpoints[ts.rec.endpoints[i].ep].Name, &eps[i])
 			}
 			keys := slices.SortedFunc(ts.keys.all(), func(a, b *keyState) int { return strings.Compare(a.key, b.key) })
 			for _, ks := range keys {

@@ -16,19 +16,66 @@ import (
 // takes exactly c×period. No division, no rounding, no lost fraction of a
 // token; policy bounds burst×period to 2^53 so nothing overflows and the Lua
 // scripts, which count in float64, agree to the token.
+//
+// A limiter is what a million tenants each hold one or more of, so it keeps
+// only what changes per holder: its limit's shape, the level and the time
+// of the last refill (32 bytes). The shape — the limit's period, rate and
+// burst in the engine's units — is derived once per limit and policy
+// version and shared by every holder (snapshot.shapes); what only some
+// limiters need — a window's entries, a part of the limit (local-reconciled)
+// with its own shape, and the counters its reconcile loop reads — is in x,
+// nil otherwise.
 type limiter struct {
-	lim    *policy.Limit  // nil when the level has no limit
+	sh    *limitShape // nil when the level has no limit
+	level int64       // token·µs
+	last  int64       // µs of the last refill
+	x     *limiterExtra
+}
+
+// limitShape is a limit as a limiter enforces it: whole (shared by its
+// holders) or a part of it (limiterExtra.scaled). Immutable once shared.
+type limitShape struct {
+	lim                             *policy.Limit
+	window                          bool  // policy.SlidingWindow
+	periodUs, rate, burst, capacity int64 // µs, tokens per period, tokens, token·µs
+	perPeriodUs                     float64
+}
+
+// derive makes s lim's shape at part (in (0, 1); 0 or 1 for the whole
+// limit), not below floor tokens.
+func (s *limitShape) derive(lim *policy.Limit, part float64, floor int64) {
+	*s = limitShape{lim: lim, window: lim.Algorithm == policy.SlidingWindow, periodUs: lim.PeriodMicros(), rate: lim.Rate, burst: lim.Burst}
+	if part > 0 && part < 1 {
+		share := lim.Share(part, floor)
+		s.rate, s.burst = share.Rate, share.Burst
+		if !s.window && lim.Rate > 0 && s.burst*s.periodUs <= policy.MaxScaledLevel/partPrecision {
+			// The rate to a thousandth of a token per period rather than
+			// a whole token (a tenth of 10/s would be 1/s, where it is
+			// 1.000/s, and a third of it 3/s, where it is 3.333/s): the
+			// same bucket over partPrecision periods.
+			s.periodUs *= partPrecision
+			s.rate = max(1, int64(math.Round(float64(lim.Rate)*part*partPrecision)))
+		}
+	}
+	s.capacity = s.burst * s.periodUs
+	s.perPeriodUs = 1 / float64(s.periodUs)
+}
+
+// wholeShape is lim's shape, whole.
+func wholeShape(lim *policy.Limit) *limitShape {
+	s := new(limitShape)
+	s.derive(lim, 0, 0)
+	return s
+}
+
+// limiterExtra is the part of a limiter that only windows and limiters of
+// mode local-reconciled have.
+type limiterExtra struct {
 	window *slidingWindow // non-nil for policy.SlidingWindow
 
-	// token bucket
-	periodUs int64 // period in µs
-	rate     int64 // tokens per period
-	burst    int64 // tokens
-	fillUs   int64 // µs to refill from empty; math.MaxInt64 when rate is 0
-	level    int64 // token·µs
-	last     int64 // µs of the last refill
-
-	perPeriodUs float64 // 1 / periodUs, for remaining
+	// scaled is the shape of the part, which the limiter's shape points
+	// to while part is in (0, 1).
+	scaled limitShape
 
 	// part is the part of lim this node enforces (local-reconciled: its
 	// share of the fleet's limit; reconcile.go), in (0, 1]; 0 is all of
@@ -40,65 +87,160 @@ type limiter struct {
 	// fleet says the reconcile loop sized part from the fleet's demand;
 	// otherwise it is the snapshot's even share.
 	fleet bool
-	// used is the cost taken since the reconcile loop last read it, and
-	// offered the cost of the requests that met this level (arrivals
-	// only): what a node pushes to the fleet's bucket and its demand.
+	// counting: the limiter counts used and offered (mode
+	// local-reconciled: limiter.fit). used is the cost taken since the
+	// reconcile loop last read it, and offered the cost of the requests
+	// that met this level (arrivals only): what a node pushes to the
+	// fleet's bucket and its demand.
+	counting      bool
 	used, offered int64
 }
 
-func (l *limiter) active() bool { return l.lim != nil }
+func (l *limiter) active() bool { return l.sh != nil }
+
+// limit is the limit in force, nil for none.
+func (l *limiter) limit() *policy.Limit {
+	if l.sh == nil {
+		return nil
+	}
+	return l.sh.lim
+}
+
+// scaled reports whether the limiter enforces a part of its limit.
+func (l *limiter) scaled() bool { return l.x != nil && l.sh == &l.x.scaled }
+
+// shape is the bucket's period (µs), rate (tokens per period) and burst
+// (tokens): the limit's, or its part's; 0s without a limit.
+func (l *limiter) shape() (periodUs, rate, burst int64) {
+	if s := l.sh; s != nil {
+		return s.periodUs, s.rate, s.burst
+	}
+	return 0, 0, 0
+}
+
+func (l *limiter) periodUs() int64 { p, _, _ := l.shape(); return p }
+func (l *limiter) rate() int64     { _, r, _ := l.shape(); return r }
+func (l *limiter) burst() int64    { _, _, b := l.shape(); return b }
+
+// window is the limiter's sliding window, nil for a bucket.
+func (l *limiter) window() *slidingWindow {
+	if l.x == nil {
+		return nil
+	}
+	return l.x.window
+}
 
 // capacity is the bucket size in token·µs.
-func (l *limiter) capacity() int64 { return l.burst * l.periodUs }
+func (l *limiter) capacity() int64 {
+	if l.sh == nil {
+		return 0
+	}
+	return l.sh.capacity
+}
 
-// reset puts l in force for lim (its part) with a full bucket (or an empty
-// window); its part and counters carry over.
-func (l *limiter) reset(lim *policy.Limit, now int64) {
-	*l = limiter{lim: lim, part: l.part, floor: l.floor, fleet: l.fleet, used: l.used, offered: l.offered}
-	if lim == nil {
-		return
+// fleetPart reports whether the reconcile loop sized the limiter's part,
+// and the part and floor it enforces.
+func (l *limiter) fleetPart() (fleet bool, part float64, floor int64) {
+	if l.x == nil {
+		return false, 0, 0
 	}
-	l.periodUs = lim.PeriodMicros()
-	l.perPeriodUs = 1 / float64(l.periodUs)
-	l.rate = lim.Rate
-	l.burst = lim.Burst
-	if l.part > 0 && l.part < 1 {
-		s := lim.Share(l.part, l.floor)
-		l.rate, l.burst = s.Rate, s.Burst
-		if lim.Algorithm != policy.SlidingWindow && lim.Rate > 0 && l.burst*l.periodUs <= policy.MaxScaledLevel/partPrecision {
-			// The rate to a thousandth of a token per period rather than
-			// a whole token (a tenth of 10/s would be 1/s, where it is
-			// 1.000/s, and a third of it 3/s, where it is 3.333/s): the
-			// same bucket over partPrecision periods.
-			l.periodUs *= partPrecision
-			l.perPeriodUs = 1 / float64(l.periodUs)
-			l.rate = max(1, int64(math.Round(float64(lim.Rate)*l.part*partPrecision)))
-		}
+	return l.x.fleet, l.x.part, l.x.floor
+}
+
+// counters are the cost taken and offered since the reconcile loop last
+// read them (0 unless the limiter counts: limiterExtra.counting).
+func (l *limiter) counters() (used, offered int64) {
+	if l.x == nil {
+		return 0, 0
 	}
-	l.fillUs = math.MaxInt64
-	if l.rate > 0 {
-		l.fillUs = (l.capacity() + l.rate - 1) / l.rate
-	}
-	l.level = l.capacity()
-	l.last = now
-	if lim.Algorithm == policy.SlidingWindow {
-		l.window = &slidingWindow{}
+	return l.x.used, l.x.offered
+}
+
+// clearCounters zeroes the counters.
+func (l *limiter) clearCounters() {
+	if l.x != nil {
+		l.x.used, l.x.offered = 0, 0
 	}
 }
 
-// change puts lim in force keeping the state: tokens are first settled at the
-// old rate up to now (as x/time/rate's SetLimitAt does), then carried over,
-// capped by the new burst. A change of algorithm starts afresh.
-func (l *limiter) change(lim *policy.Limit, now int64) {
-	switch {
-	case lim == nil || l.lim == nil || lim.Algorithm != l.lim.Algorithm:
-		l.reset(lim, now)
-		return
-	case *lim == *l.lim:
-		l.lim = lim
+// undo takes back a debit: the bucket's level and the used counter as
+// they were before it (a window's entry is removed by the caller).
+func (l *limiter) undo(level, used int64) {
+	l.level = level
+	if l.x != nil {
+		l.x.used = used
+	}
+}
+
+// offer counts cost as offered at this level, when the limiter counts.
+func (l *limiter) offer(cost int64) {
+	if x := l.x; x != nil && x.counting {
+		x.offered += cost
+	}
+}
+
+// reset puts l in force for lim (its part) with a full bucket (or an empty
+// window); its part and counters carry over.
+func (l *limiter) reset(lim *policy.Limit, now int64) { l.resetShape(lim, nil, now) }
+
+// resetShape is reset with whole, lim's whole shape when the caller has it
+// (a snapshot's, shared), nil for one to be made.
+func (l *limiter) resetShape(lim *policy.Limit, whole *limitShape, now int64) {
+	x := l.x
+	if x != nil {
+		x.window = nil
+	}
+	*l = limiter{x: x}
+	if lim == nil {
 		return
 	}
-	l.rebuild(lim, now)
+	switch {
+	case x != nil && x.part > 0 && x.part < 1:
+		x.scaled.derive(lim, x.part, x.floor)
+		l.sh = &x.scaled
+	case whole != nil && whole.lim == lim:
+		l.sh = whole
+	default:
+		l.sh = wholeShape(lim)
+	}
+	if l.sh.window {
+		l.extra().window = &slidingWindow{}
+	}
+	l.level = l.sh.capacity
+	l.last = now
+}
+
+// extra is l.x, made when l has none.
+func (l *limiter) extra() *limiterExtra {
+	if l.x == nil {
+		l.x = new(limiterExtra)
+	}
+	return l.x
+}
+
+// change puts lim (whose shape in snap is shared) in force keeping the
+// state: tokens are first settled at the old rate up to now (as
+// x/time/rate's SetLimitAt does), then carried over, capped by the new
+// burst. A change of algorithm starts afresh.
+func (l *limiter) change(snap *snapshot, lim *policy.Limit, now int64) {
+	old := l.limit()
+	whole := snap.shapeOf(lim)
+	switch {
+	case lim == nil || old == nil || lim.Algorithm != old.Algorithm:
+		l.resetShape(lim, whole, now)
+		return
+	case *lim == *old:
+		switch {
+		case l.scaled():
+			l.x.scaled.lim = lim
+		case whole != nil:
+			l.sh = whole
+		default:
+			l.sh = wholeShape(lim)
+		}
+		return
+	}
+	l.rebuild(lim, whole, now)
 }
 
 // setPart makes the limiter enforce part of its limit (in (0, 1], 0 for
@@ -107,57 +249,90 @@ func (l *limiter) setPart(part float64, floor, now int64) {
 	if part >= 1 {
 		part = 0
 	}
-	if part == l.part && floor == l.floor {
+	if part == 0 && l.x == nil {
+		return // the whole limit: the floor does not matter
+	}
+	x := l.extra()
+	if part == x.part && floor == x.floor {
 		return
 	}
-	l.part, l.floor = part, floor
-	if l.lim != nil {
-		l.rebuild(l.lim, now)
+	x.part, x.floor = part, floor
+	if l.sh != nil {
+		var whole *limitShape
+		if !l.scaled() {
+			whole = l.sh
+		}
+		l.rebuild(l.sh.lim, whole, now)
 	}
 }
 
+// setFleetPart makes the limiter enforce part of its limit as setPart
+// does, sized by the fleet's demand (fleet) or the snapshot's even share.
+func (l *limiter) setFleetPart(fleet bool, part float64, now int64) {
+	x := l.extra()
+	x.fleet = fleet
+	l.setPart(part, x.floor, now)
+}
+
 // partPrecision is how finely a part's rate is kept: in thousandths of a
-// token per period (limiter.reset).
+// token per period (limitShape.derive).
 const partPrecision = 1000
 
 // fit sizes a tenant's limiter for snap: the part the reconcile loop gave
-// it, in mode local-reconciled, else the snapshot's.
+// it, in mode local-reconciled, else the snapshot's; a whole limit's shape
+// is then snap's, shared. In mode local-reconciled the limiter counts what
+// it takes and is offered, which the reconcile loop pushes.
 func (l *limiter) fit(snap *snapshot, now int64) {
 	part := snap.part
 	switch {
 	case !snap.reconciled:
-		l.fleet = false
-	case l.fleet:
-		part = l.part
+		if l.x != nil {
+			l.x.fleet, l.x.counting = false, false
+		}
+	case l.extra().fleet:
+		part = l.x.part
+	}
+	if snap.reconciled {
+		l.x.counting = true
 	}
 	// A part holds at least one of the plane's costliest requests, or,
 	// split over the live nodes, one of the costliest that the node
 	// decides at this level (costlier ones are decided in Redis: hybrid.go).
 	floor := snap.maxCost
-	if l.lim != nil && snap.splitOver > 1 {
-		floor = min(floor, max(capacityOf(l.lim)/snap.splitOver, 1))
+	if lim := l.limit(); lim != nil && snap.splitOver > 1 {
+		floor = min(floor, max(capacityOf(lim)/snap.splitOver, 1))
 	}
 	l.setPart(part, floor, now)
+	if l.sh != nil && !l.scaled() {
+		if whole := snap.shapeOf(l.sh.lim); whole != nil {
+			l.sh = whole
+		}
+	}
+	if x := l.x; x != nil && x.window == nil && !l.scaled() && !x.counting && x.used == 0 && x.offered == 0 {
+		l.x = nil // the whole limit, as a fresh limiter enforces it
+	}
 }
 
-// rebuild puts lim in force at the limiter's part, keeping its state: a
-// window its entries, a bucket its tokens settled up to now and capped by
-// the new burst.
-func (l *limiter) rebuild(lim *policy.Limit, now int64) {
-	if l.window != nil {
-		w := l.window
-		l.reset(lim, now)
-		l.window = w // entries are absolute times and costs: still valid
+// rebuild puts lim (whose whole shape is whole, or nil) in force at the
+// limiter's part, keeping its state: a window its entries, a bucket its
+// tokens settled up to now and capped by the new burst.
+func (l *limiter) rebuild(lim *policy.Limit, whole *limitShape, now int64) {
+	if w := l.window(); w != nil {
+		l.resetShape(lim, whole, now)
+		if l.window() != nil {
+			l.x.window = w // entries are absolute times and costs: still valid
+		}
 		return
 	}
 	l.refill(now)
-	oldPeriod, level, last := l.periodUs, l.level, l.last
-	l.reset(lim, now)
+	oldPeriod, level, last := l.periodUs(), l.level, l.last
+	l.resetShape(lim, whole, now)
 	l.last = max(last, now) // a change never moves the clock back
+	periodUs, _, burst := l.shape()
 	// The tokens, level/oldPeriod, carry over capped by the new burst. Only
 	// below the cap is level×newPeriod/oldPeriod computed: it is then below
 	// the new capacity (≤ 2^53), so the 128-bit quotient cannot overflow.
-	if hi, lo := bits.Mul64(uint64(l.burst), uint64(oldPeriod)); level >= 0 && hi == 0 && uint64(level) >= lo {
+	if hi, lo := bits.Mul64(uint64(burst), uint64(oldPeriod)); level >= 0 && hi == 0 && uint64(level) >= lo {
 		return // level is at capacity after reset
 	}
 	// A bucket in debt (local-reconciled) keeps its debt, scaled the same
@@ -166,7 +341,7 @@ func (l *limiter) rebuild(lim *policy.Limit, now int64) {
 	if neg {
 		level = -level
 	}
-	hi, lo := bits.Mul64(uint64(level), uint64(l.periodUs))
+	hi, lo := bits.Mul64(uint64(level), uint64(periodUs))
 	carried, _ := bits.Div64(hi, lo, uint64(oldPeriod))
 	l.level = int64(carried)
 	if neg {
@@ -182,57 +357,85 @@ func (l *limiter) refill(now int64) {
 	}
 	elapsed := now - l.last
 	l.last = now
-	if elapsed >= l.fillUs {
-		l.level = l.capacity()
+	s := l.sh
+	if s == nil { // no limit: a bucket of nothing
+		l.level = min(l.level, 0)
 		return
 	}
-	l.level = min(l.level+elapsed*l.rate, l.capacity()) // elapsed×rate < capacity+rate: no overflow
+	// elapsed×rate ≥ capacity: full whatever the level (the time to fill
+	// from empty has passed). Below it the sum cannot overflow.
+	hi, lo := bits.Mul64(uint64(elapsed), uint64(s.rate))
+	if hi != 0 || lo >= uint64(s.capacity) {
+		l.level = s.capacity
+		return
+	}
+	l.level = min(l.level+int64(lo), s.capacity)
 }
 
 // canCover reports whether cost tokens are available (after the refill or
 // expiry the caller has done).
 func (l *limiter) canCover(cost int64) bool {
-	if l.window != nil {
-		return l.window.sum+cost <= l.rate
+	periodUs, rate, burst := l.shape()
+	if w := l.window(); w != nil {
+		return w.sum+cost <= rate
 	}
-	return cost <= l.burst && cost*l.periodUs <= l.level
+	return cost <= burst && cost*periodUs <= l.level
 }
 
 // take debits cost; the caller has checked canCover.
 func (l *limiter) take(cost int64, now int64) {
-	l.used += cost
-	if l.window != nil {
-		l.window.add(now, cost, l.rate)
-		return
+	if x := l.x; x != nil {
+		if x.counting {
+			x.used += cost
+		}
+		if x.window != nil {
+			_, rate, _ := l.shape()
+			x.window.add(now, cost, rate)
+			return
+		}
 	}
-	l.level -= cost * l.periodUs
+	l.level -= cost * l.periodUs()
 }
 
 // settle brings the limiter up to now: refill a bucket, expire a window.
 func (l *limiter) settle(now int64) {
-	if l.window != nil {
-		l.window.expire(now, l.periodUs)
+	if w := l.window(); w != nil {
+		w.expire(now, l.periodUs())
 		return
 	}
 	l.refill(now)
+}
+
+// settleCovers is settle then canCover, the limit's shape read once: the
+// decision's step at each level.
+func (l *limiter) settleCovers(now, cost int64) bool {
+	if l.x != nil {
+		l.settle(now)
+		return l.canCover(cost)
+	}
+	l.refill(now)
+	s := l.sh
+	return cost <= s.burst && cost*s.periodUs <= l.level
 }
 
 // lack settles l at now and returns the whole tokens it lacks of a full
 // bucket, rounded up (central.recovered). 0 for a window or no limit.
 func (l *limiter) lack(now int64) int64 {
-	if l.lim == nil || l.window != nil {
+	if l.sh == nil || l.window() != nil {
 		return 0
 	}
 	l.refill(now)
-	return (l.capacity() - l.level + l.periodUs - 1) / l.periodUs
+	periodUs := l.periodUs()
+	return (l.capacity() - l.level + periodUs - 1) / periodUs
 }
 
 // never reports whether cost can never pass this limiter, however long one waits.
 func (l *limiter) never(cost int64) bool {
-	if l.window != nil {
-		return cost > l.rate
+	_, rate, burst := l.shape()
+	if l.window() != nil {
+		return cost > rate
 	}
-	return cost > l.burst
+	return cost > burst
 }
 
 // retryAfterUs is the earliest wait after which cost would pass this limiter
@@ -241,10 +444,11 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 	if l.never(cost) {
 		return math.MaxInt64
 	}
-	if l.window != nil {
-		return max(l.window.waitUs(now, cost, l.rate, l.periodUs), 1)
+	periodUs, rate, _ := l.shape()
+	if w := l.window(); w != nil {
+		return max(w.waitUs(now, cost, rate, periodUs), 1)
 	}
-	return l.bucketWaitUs(cost*l.periodUs, now)
+	return l.bucketWaitUs(cost*periodUs, now)
 }
 
 // remaining is the whole tokens left now: level / periodUs, exactly. An
@@ -253,14 +457,18 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 // integer multiplication each way (level < 2^53 makes the estimate off by at
 // most one).
 func (l *limiter) remaining() int64 {
-	q := int64(l.estimate())
-	if l.window != nil {
-		return q // exact for a window
+	if l.sh == nil {
+		return 0
 	}
+	if l.window() != nil {
+		return int64(l.estimate()) // exact for a window
+	}
+	periodUs := l.periodUs()
+	q := int64(float64(l.level) * l.sh.perPeriodUs)
 	switch {
-	case q*l.periodUs > l.level:
+	case q*periodUs > l.level:
 		q--
-	case (q+1)*l.periodUs <= l.level:
+	case (q+1)*periodUs <= l.level:
 		q++
 	}
 	return q
@@ -268,26 +476,31 @@ func (l *limiter) remaining() int64 {
 
 // estimate is remaining as a float, off by at most one token.
 func (l *limiter) estimate() float64 {
-	if l.window != nil {
-		return float64(max(l.rate-l.window.sum, 0))
+	if l.sh == nil {
+		return 0
 	}
-	return float64(l.level) * l.perPeriodUs
+	_, rate, _ := l.shape()
+	if w := l.window(); w != nil {
+		return float64(max(rate-w.sum, 0))
+	}
+	return float64(l.level) * l.sh.perPeriodUs
 }
 
 // remainingAt is remaining at now without changing the limiter: what a
 // status read reports, so that reading never moves state.
 func (l *limiter) remainingAt(now int64) int64 {
-	if l.window != nil {
-		now = max(now, l.window.latest)
-		sum := l.window.sum
-		for i := 0; i < l.window.n; i++ {
-			e := l.window.entries[(l.window.head+i)%len(l.window.entries)]
-			if e.at > now-l.periodUs {
+	if w := l.window(); w != nil {
+		periodUs, rate, _ := l.shape()
+		now = max(now, w.latest)
+		sum := w.sum
+		for i := 0; i < w.n; i++ {
+			e := w.entries[(w.head+i)%len(w.entries)]
+			if e.at > now-periodUs {
 				break
 			}
 			sum -= e.cost
 		}
-		return max(l.rate-sum, 0)
+		return max(rate-sum, 0)
 	}
 	c := *l
 	c.refill(now)
@@ -297,11 +510,11 @@ func (l *limiter) remainingAt(now int64) int64 {
 // full reports whether the limiter is as a fresh one would be, so that its
 // holder can be forgotten without changing any future decision.
 func (l *limiter) full() bool {
-	if l.lim == nil {
+	if l.sh == nil {
 		return true
 	}
-	if l.window != nil {
-		return l.window.n == 0
+	if w := l.window(); w != nil {
+		return w.n == 0
 	}
 	return l.level >= l.capacity()
 }
@@ -381,16 +594,18 @@ func (l *limiter) canCoverAbove(cost, reserve int64) bool {
 	if reserve == 0 {
 		return l.canCover(cost)
 	}
-	return cost <= l.burst && cost*l.periodUs+reserve <= l.level
+	periodUs, _, burst := l.shape()
+	return cost <= burst && cost*periodUs+reserve <= l.level
 }
 
 // retryAboveUs is retryAfterUs for canCoverAbove: math.MaxInt64 also when
 // the cost and the reserve together exceed the burst.
 func (l *limiter) retryAboveUs(cost, reserve, now int64) int64 {
-	if l.never(cost) || cost*l.periodUs+reserve > l.capacity() {
+	periodUs := l.periodUs()
+	if l.never(cost) || cost*periodUs+reserve > l.capacity() {
 		return math.MaxInt64
 	}
-	return l.bucketWaitUs(cost*l.periodUs+reserve, now)
+	return l.bucketWaitUs(cost*periodUs+reserve, now)
 }
 
 // bucketWaitUs is how long until the bucket holds need token·µs. The wait
@@ -401,10 +616,11 @@ func (l *limiter) bucketWaitUs(need, now int64) int64 {
 	if need <= 0 {
 		return 1
 	}
-	if l.rate == 0 {
+	rate := l.rate()
+	if rate == 0 {
 		return math.MaxInt64
 	}
-	return max((need+l.rate-1)/l.rate+max(l.last-now, 0), 1)
+	return max((need+rate-1)/rate+max(l.last-now, 0), 1)
 }
 
 // shortfall is how many whole tokens cost lacks.

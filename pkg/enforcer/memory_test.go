@@ -3,7 +3,9 @@ package enforcer
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,11 +128,11 @@ func TestStateBoundsFitTheMemory(t *testing.T) {
 			t.Errorf("%d MiB: %d tenants and %d keys take %d MiB; want just under half", mib, tenants, keys, used>>20)
 		}
 	}
-	if tenants, keys := StateBounds(1 << 20); tenants != 1000 || keys != 2000 {
-		t.Errorf("1 MiB: %d tenants, %d keys; want the floor of 1,000 and 2,000", tenants, keys)
+	if tenants, keys := StateBounds(256 << 10); tenants != 1000 || keys != 2000 {
+		t.Errorf("256 KiB: %d tenants, %d keys; want the floor of 1,000 and 2,000", tenants, keys)
 	}
-	if tenants, _ := StateBounds(256 << 20); tenants != 129_055 {
-		t.Errorf("256 MiB: %d tenants; the doc says 129,000", tenants)
+	if tenants, _ := StateBounds(256 << 20); tenants != 335_544 {
+		t.Errorf("256 MiB: %d tenants; the doc says 335,000", tenants)
 	}
 }
 
@@ -201,5 +203,45 @@ func TestCentralFloodIsBoundedInRedis(t *testing.T) {
 	// a second plane adds (its global and fleet keys).
 	if keys-before > 1+50+1+10 {
 		t.Errorf("%d more keys in Redis after 2,000 api keys of one tenant; want at most its 50 key states' and the overflow key's", keys-before)
+	}
+}
+
+// TestTenantIndexMatchesAMap: the registry's open-addressed index (with
+// backward-shift deletion) holds what a map does through random puts and
+// removes, on a hash with few bits so that runs collide and wrap.
+func TestTenantIndexMatchesAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	hash := func(ts *tenantState) uint64 { return uint64(ts.id % 37) }
+	var idx tenantIndex
+	want := map[string]*tenantState{}
+	for i := range 20_000 {
+		name := sprintf("t%d", rng.IntN(300))
+		ts := want[name]
+		switch {
+		case ts == nil:
+			ts = &tenantState{id: uint32(rng.Uint32()), name: name}
+			idx.put(hash(ts), ts, hash)
+			want[name] = ts
+		case rng.IntN(2) == 0:
+			if !idx.remove(hash(ts), ts, hash) {
+				t.Fatalf("step %d: %s not removed", i, name)
+			}
+			delete(want, name)
+		}
+		if idx.n != len(want) {
+			t.Fatalf("step %d: %d states, want %d", i, idx.n, len(want))
+		}
+		for name, ts := range want {
+			if got := idx.get(hash(ts), name); got != ts {
+				t.Fatalf("step %d: %s is %p, want %p", i, name, got, ts)
+			}
+		}
+		if ghost := (&tenantState{id: 1, name: "absent"}); idx.get(hash(ghost), ghost.name) != nil || idx.remove(hash(ghost), ghost, hash) {
+			t.Fatalf("step %d: a state never put is found", i)
+		}
+	}
+	got := idx.appendTo(nil)
+	if len(got) != len(want) || slices.ContainsFunc(got, func(ts *tenantState) bool { return want[ts.name] != ts }) {
+		t.Fatalf("appendTo: %d states, want %d", len(got), len(want))
 	}
 }

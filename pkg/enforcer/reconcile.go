@@ -179,7 +179,7 @@ func (r *reconciler) reset() {
 	r.scratch = r.e.tenants.appendAll(r.scratch[:0])
 	for _, ts := range r.scratch {
 		ts.mu.Lock()
-		ts.forEachLimiterLocked(func(l *limiter) { l.used, l.offered = 0, 0 })
+		ts.forEachLimiterLocked((*limiter).clearCounters)
 		ts.mu.Unlock()
 	}
 	clear(r.scratch)

@@ -85,19 +85,21 @@ func (r *reconciler) collectBuckets(snap *snapshot, seconds float64) []levelBuck
 			// A window stays at the even part: its entries outlive a
 			// reconcile, so a part resized by demand would let the fleet
 			// admit the sum of each node's largest part in a period.
-			if !l.active() || l.window != nil || (l.used == 0 && l.offered == 0 && !l.fleet) {
+			used, offered := l.counters()
+			if fleet, _, _ := l.fleetPart(); !l.active() || l.window() != nil || (used == 0 && offered == 0 && !fleet) {
 				return
 			}
 			if holder == "" {
 				holder = keyspace.Holder(ts.name)
 			}
-			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, lim: l.lim,
-				name: levelName(prefix, level, holder, endpoint, key, l.lim), tokens: l.used, offered: l.offered})
-			l.used, l.offered = 0, 0
+			out = append(out, levelBucket{ts: ts, level: level, ep: ep, key: key, lim: l.limit(),
+				name: levelName(prefix, level, holder, endpoint, key, l.limit()), tokens: used, offered: offered})
+			l.clearCounters()
 		}
 		add(&ts.limit, LevelTenant, -1, "", "")
-		for i := range ts.endpoints {
-			add(&ts.endpoints[i], LevelEndpoint, i, snap.endpoints[ts.rec.endpoints[i].ep].Name, "")
+		eps := ts.endpointsLocked()
+		for i := range eps {
+			add(&eps[i], LevelEndpoint, i, snap.endpoints[ts.rec.endpoints[i].ep].Name, "")
 		}
 		for ks := range ts.keys.all() {
 			add(&ks.limit, LevelKey, -1, "", ks.key)
@@ -154,18 +156,16 @@ func (r *reconciler) applyBuckets(snap *snapshot, buckets []levelBucket, reply [
 		b.ts.mu.Lock()
 		if l := b.limiterLocked(snap); l != nil {
 			if idle {
-				l.fleet = false
-				l.setPart(snap.part, l.floor, now)
+				l.setFleetPart(false, snap.part, now)
 				delete(r.demands, b.name)
 			} else {
-				l.fleet = true
-				l.setPart(part, l.floor, now)
-				if l.window == nil {
+				l.setFleetPart(true, part, now)
+				if l.window() == nil {
 					// The fleet's level is in token·µs of the limit's
 					// period, the limiter's in its own (limiter.reset).
 					tokens := float64(level) / float64(b.lim.PeriodMicros())
 					l.settle(now)
-					l.level = max(min(l.level, int64(tokens*part*float64(l.periodUs))), -l.capacity())
+					l.level = max(min(l.level, int64(tokens*part*float64(l.periodUs()))), -l.capacity())
 				}
 			}
 		}
@@ -207,15 +207,15 @@ func (b *levelBucket) limiterLocked(snap *snapshot) *limiter {
 	case LevelTenant:
 		l = &ts.limit
 	case LevelEndpoint:
-		if b.ep < len(ts.endpoints) {
-			l = &ts.endpoints[b.ep]
+		if eps := ts.endpointsLocked(); b.ep < len(eps) {
+			l = &eps[b.ep]
 		}
 	case LevelKey:
 		if ks := ts.keys.get(b.key); ks != nil {
 			l = &ks.limit
 		}
 	}
-	if l == nil || l.lim != b.lim {
+	if l == nil || l.limit() != b.lim {
 		return nil
 	}
 	return l

@@ -9,16 +9,21 @@ import "github.com/quotaplane/quotaplane/pkg/policy"
 // for the tenants it does not (Name empty there: the record is shared);
 // tenant states point at theirs. Immutable.
 type tenantRecord struct {
-	tenant    policy.Tenant
-	tierRank  int  // index in policy order, 0 the most protected
+	// What a decision reads first.
+	//
+	// slot maps an endpoint's index in the snapshot to its place in
+	// endpoints, -1 where the tenant has no limit; nil when it has none on
+	// any endpoint. It is slots, in the record's own memory, for a plane
+	// of up to len(slots) endpoints.
+	slot      []int32
+	slots     [8]int32
 	mayBorrow bool // policy.MayBorrow
+	tierRank  int  // index in policy order, 0 the most protected
 	// endpoints are the endpoints on which the tenant has a limit
 	// (policy.EndpointLimit), in the snapshot's order; its state's
-	// endpoint limiters are aligned with them. slot maps an endpoint's
-	// index in the snapshot to its place here, -1 where the tenant has no
-	// limit; nil when it has none on any endpoint.
+	// endpoint limiters are aligned with them.
 	endpoints []recordEndpoint
-	slot      []int
+	tenant    policy.Tenant
 }
 
 // recordEndpoint is an endpoint on which a tenant has a limit.
@@ -34,7 +39,7 @@ func (r *tenantRecord) endpointSlot(ep int) int {
 	if ep < 0 || r.slot == nil {
 		return -1
 	}
-	return r.slot[ep]
+	return int(r.slot[ep])
 }
 
 // resolveRecords builds s's records: the named tenants', each tier's for
@@ -50,12 +55,16 @@ func (s *snapshot) resolveRecords() {
 		for i := range s.endpoints {
 			if lim := p.EndpointLimit(&rec.tenant, i); lim != nil {
 				if rec.slot == nil {
-					rec.slot = make([]int, len(s.endpoints))
+					if len(s.endpoints) <= len(rec.slots) {
+						rec.slot = rec.slots[:len(s.endpoints)]
+					} else {
+						rec.slot = make([]int32, len(s.endpoints))
+					}
 					for j := range rec.slot {
 						rec.slot[j] = -1
 					}
 				}
-				rec.slot[i] = len(rec.endpoints)
+				rec.slot[i] = int32(len(rec.endpoints))
 				rec.endpoints = append(rec.endpoints, recordEndpoint{ep: i, lim: lim})
 			}
 		}

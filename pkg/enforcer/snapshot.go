@@ -98,6 +98,9 @@ type snapshot struct {
 	contendedReserve int64
 
 	reasons map[reasonKey]string
+	// shapes are the whole shapes of every limit of the policy, shared by
+	// the limiters that enforce them (limiter.sh).
+	shapes map[*policy.Limit]*limitShape
 
 	// The tenants' records (record.go): records of those the policy
 	// names, tierRecords of the others by tier, defaultRecord the default
@@ -170,11 +173,14 @@ func newSnapshot(p *policy.Policy) *snapshot {
 		plane:         p,
 		tierRank:      make(map[string]int, len(spec.Tiers)),
 		reasons:       map[reasonKey]string{},
+		shapes:        map[*policy.Limit]*limitShape{},
 	}
 	s.globalPerSec = perSecond(spec.Global)
 	if bp := spec.BurstPool; bp != nil {
 		s.pool = &policy.Limit{Rate: bp.RefillRate, Burst: bp.Size, Period: time.Second, Algorithm: policy.TokenBucket}
 		s.borrowCeiling = &policy.Limit{Rate: bp.RefillRate, Burst: bp.PerTenantCeiling, Period: time.Second, Algorithm: policy.TokenBucket}
+		s.addShape(s.pool)
+		s.addShape(s.borrowCeiling)
 	}
 	s.contendedReserve = spec.Global.Burst * contendedReservePercent / 100 * spec.Global.PeriodMicros()
 	var reserved int64
@@ -259,11 +265,13 @@ func (s *snapshot) borrowExtra(mayBorrow bool) int64 {
 }
 
 // addReason precomputes the denial reasons that mention lim, so that a
-// denial builds no string.
+// denial builds no string, and lim's shape (every limit of the policy
+// passes here).
 func (s *snapshot) addReason(kind reasonKind, lim *policy.Limit) {
 	if lim == nil {
 		return
 	}
+	s.addShape(lim)
 	kinds := []reasonKind{kind}
 	if kind == reasonTenant {
 		kinds = append(kinds, reasonTenantPoolDry, reasonTenantCeiling)
@@ -273,6 +281,22 @@ func (s *snapshot) addReason(kind reasonKind, lim *policy.Limit) {
 			s.reasons[reasonKey{k, lim}] = fmt.Sprintf(reasonFormats[k], lim)
 		}
 	}
+}
+
+// addShape derives lim's whole shape, once.
+func (s *snapshot) addShape(lim *policy.Limit) {
+	if _, ok := s.shapes[lim]; !ok {
+		s.shapes[lim] = wholeShape(lim)
+	}
+}
+
+// shapeOf is lim's whole shape, shared; nil for a limit the policy does
+// not hold (or none).
+func (s *snapshot) shapeOf(lim *policy.Limit) *limitShape {
+	if lim == nil {
+		return nil
+	}
+	return s.shapes[lim]
 }
 
 func (s *snapshot) reason(kind reasonKind, lim *policy.Limit) string {

@@ -101,21 +101,25 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 	s = TenantStatus{
 		Tenant: ts.name, Known: snap.known[name] != nil,
 		Demand:        math.Float64frombits(ts.demandBits.Load()),
-		Admitted:      ts.stats.admitted,
-		AdmittedCost:  ts.stats.admittedCost,
-		Borrowed:      ts.stats.borrowed,
+		Admitted:      ts.admitted,
+		AdmittedCost:  ts.admittedCost,
 		Denied:        make(map[Level]int64, len(Levels)),
-		Trace:         ts.trace.newestFirst(),
 		PolicyVersion: snap.policy.Version(),
 	}
-	for i, l := range Levels {
-		s.Denied[l] = ts.stats.denied[i]
+	for _, l := range Levels {
+		s.Denied[l] = 0
+	}
+	if m := ts.more; m != nil {
+		s.Borrowed, s.Trace = m.borrowed, m.trace.newestFirst()
+		for i, l := range Levels {
+			s.Denied[l] = m.denied[i]
+		}
 	}
 	if ts.snap == nil {
 		// No decision of the engine's own yet (none at all, or only Redis's
 		// in mode central): the policy's view, counters and trace, no local
 		// limits.
-		rec, _ := snap.recordOf(name, ts.requestedTier)
+		rec, _ := snap.recordOf(name, ts.requestedTier())
 		s.Tier, s.Weight, s.MayBorrow = rec.tenant.Tier, rec.tenant.Weight, rec.mayBorrow
 		return s, true
 	}
@@ -124,17 +128,25 @@ func (e *Engine) TenantStatusAt(now time.Time, name string) (s TenantStatus, ok 
 	if contended && ts.snap == snap {
 		s.FairShare = e.fair.shareRate(ts)
 	}
-	if ts.allowance != nil && ts.allowance.active() {
-		s.Debt = ts.allowance.burst - ts.allowance.remainingAt(nowUs)
+	if a := ts.allowanceLocked(); a != nil && a.active() {
+		s.Debt = a.burst() - a.remainingAt(nowUs)
 	}
 	add := func(level Level, name string, l *limiter) {
 		if l.active() {
-			s.Limits = append(s.Limits, LimitStatus{Level: level, Name: name, Limit: *l.lim, Remaining: l.remainingAt(nowUs)})
+			s.Limits = append(s.Limits, LimitStatus{Level: level, Name: name, Limit: *l.limit(), Remaining: l.remainingAt(nowUs)})
 		}
 	}
 	add(LevelTenant, "", &ts.limit)
-	for i := range ts.endpoints {
-		add(LevelEndpoint, ts.snap.endpoints[ts.rec.endpoints[i].ep].Name, &ts.endpoints[i])
+	eps := ts.endpointsLocked()
+	for i, re := range ts.rec.endpoints {
+		var l limiter
+		if i < len(eps) {
+			l = eps[i]
+		} else { // not made yet (tenantState.endpointLocked): full
+			l.reset(re.lim, nowUs)
+			l.fit(ts.snap, nowUs)
+		}
+		add(LevelEndpoint, ts.snap.endpoints[re.ep].Name, &l)
 	}
 	// Keys by their short hash, never by themselves: the status is for
 	// debug views and logs.
@@ -283,7 +295,7 @@ func (e *Engine) RedisStatusOf(ctx context.Context, tenant string) (RedisStatus,
 		var tier string
 		if ts := e.tenants.get(tenant); ts != nil {
 			ts.mu.Lock()
-			tier = ts.requestedTier
+			tier = ts.requestedTier()
 			ts.mu.Unlock()
 		}
 		var ok bool
@@ -538,9 +550,9 @@ func (e *Engine) PlaneLoad(top int) LoadStatus {
 			tl.Tenant = otherTenants
 		}
 		ts.mu.Lock()
-		c := ts.stats
+		c := ts.countersLocked()
 		if ts.snap == nil {
-			rec, known := snap.recordOf(ts.name, ts.requestedTier)
+			rec, known := snap.recordOf(ts.name, ts.requestedTier())
 			tl.Tier, tl.Weight, tl.Known = rec.tenant.Tier, rec.tenant.Weight, known
 		} else {
 			tl.Tier, tl.Weight, tl.Known = ts.rec.tenant.Tier, ts.rec.tenant.Weight, ts.known

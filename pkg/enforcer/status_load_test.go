@@ -99,8 +99,8 @@ spec: {tenant: g, tier: gold}
 	}
 }
 
-// BenchmarkPlaneLoad: one read of 50,000 tenants (the enforcer's default
-// bound on tenants it does not name), as each view of /quota/ui makes.
+// BenchmarkPlaneLoad: one read of 50,000 tenants the policy does not name,
+// as each view of /quota/ui makes.
 func BenchmarkPlaneLoad(b *testing.B) {
 	p := policytest.Compile(b, planeHeader+`
   global: {rate: 1000000, burst: 1000000}

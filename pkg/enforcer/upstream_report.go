@@ -181,7 +181,7 @@ func (e *Engine) usageReport(now int64) *upstream.Usage {
 	var rates []rate
 	for name, ts := range snap.known {
 		ts.mu.Lock()
-		total := ts.stats.admittedCost
+		total := ts.admittedCost
 		ts.mu.Unlock()
 		totals[name] = total
 		if prev, ok := u.totals[name]; ok && !first && total > prev {

@@ -51,9 +51,9 @@ type BucketOracle struct {
 // The engine's default bounds on state (enforcer.WithMaxTenants and
 // friends): within them every tenant and key has its own state.
 const (
-	oracleMaxUnknownTenants = 50_000
+	oracleMaxUnknownTenants = 1_000_000
 	oracleMaxKeysPerTenant  = 10_000
-	oracleMaxKeys           = 200_000
+	oracleMaxKeys           = 1_000_000
 )
 
 type oracleTenant struct {
