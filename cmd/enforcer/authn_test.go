@@ -185,6 +185,7 @@ func TestBadAuthnFlags(t *testing.T) {
 		{[]string{"-tls-cert-file", "x.crt"}, "the API listener (-tls-cert-file, -tls-key-file, -client-ca-file, -token-file): a certificate needs its key"},
 		{[]string{"-grpc-client-ca-file", "ca.crt"}, "the gRPC listener (-grpc-tls-cert-file, -grpc-tls-key-file, -grpc-client-ca-file, -grpc-token-file): a client CA needs TLS"},
 		{[]string{"-grpc-token-file", filepath.Join(t.TempDir(), "missing")}, "token file: open"},
+		{[]string{"-redis-timeout", "0s"}, "-redis-timeout 0s: it must be positive"},
 	} {
 		out, err := runEnforcer(t, append([]string{"-policy", dir, "-listen", freeAddr(t), "-admin-listen", freeAddr(t), "-grpc-listen", freeAddr(t)}, tc.args...)...)
 		if err == nil || !strings.Contains(out, tc.want) {

@@ -104,6 +104,8 @@ func run() error {
 		"on SIGTERM, how long /readyz answers 503 while the listeners keep serving, before they stop: time for Services and gateways to stop sending [QUOTAPLANE_DRAIN]")
 	maxKeys := flag.Int("max-keys", int(envflag.Int("QUOTAPLANE_MAX_KEYS", 0)),
 		"api keys that keep a state of their own across all tenants (default: sized to -memory-limit, else 1,000,000) [QUOTAPLANE_MAX_KEYS]")
+	redisTimeout := flag.Duration("redis-timeout", envflag.Duration("QUOTAPLANE_REDIS_TIMEOUT", 50*time.Millisecond),
+		"the deadline of one decision's trip through Redis (central, and local-reconciled's small limits); past it, the plane's failureMode decides. Above the Redis link's p99, below what a request may wait [QUOTAPLANE_REDIS_TIMEOUT]")
 	logOpts := logging.Register(flag.CommandLine)
 	flag.Parse()
 	if _, err := logOpts.Setup(os.Stderr); err != nil {
@@ -117,7 +119,11 @@ func run() error {
 	signal.Notify(terms, syscall.SIGTERM)
 	var draining atomic.Bool
 	redisLatency := server.RedisLatency()
-	opts := []enforcer.Option{enforcer.WithRedisObserver(func(d time.Duration) { redisLatency.Observe(d.Seconds()) })}
+	if *redisTimeout <= 0 {
+		return fmt.Errorf("-redis-timeout %s: it must be positive", *redisTimeout)
+	}
+	opts := []enforcer.Option{enforcer.WithRedisObserver(func(d time.Duration) { redisLatency.Observe(d.Seconds()) }),
+		enforcer.WithRedisTimeout(*redisTimeout)}
 	if *memoryLimit > 0 {
 		debug.SetMemoryLimit(*memoryLimit / 10 * 9)
 		tenants, keys := enforcer.StateBounds(*memoryLimit)
