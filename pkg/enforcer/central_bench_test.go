@@ -54,7 +54,7 @@ func BenchmarkCentral(b *testing.B) {
 				if err := client.FlushDB(ctx).Err(); err != nil {
 					b.Fatal(err)
 				}
-				cpu := redisCPUMicros(b, client)
+				cpu := srv.CPUMicros()
 				opts := []Option{WithRedis(client), WithNodeID("bench"), WithRedisTimeout(time.Second)}
 				if batched {
 					opts = append(opts, withRedisConcurrency(2))
@@ -70,7 +70,7 @@ func BenchmarkCentral(b *testing.B) {
 				if s := e.BackendStatus(); s.ScriptCalls > 0 {
 					b.ReportMetric(float64(s.Decisions)/float64(s.ScriptCalls), "decisions/call")
 					b.ReportMetric(float64(evalshaMicros(b, client))/float64(s.Decisions), "redis-µs/decision")
-					b.ReportMetric((redisCPUMicros(b, client)-cpu)/float64(s.Decisions), "redis-cpu-µs/decision")
+					b.ReportMetric((srv.CPUMicros()-cpu)/float64(s.Decisions), "redis-cpu-µs/decision")
 				}
 			})
 		}
@@ -94,26 +94,6 @@ func evalshaMicros(b *testing.B, c *redis.Client) int64 {
 	}
 	b.Fatal("no evalsha in INFO commandstats")
 	return 0
-}
-
-// redisCPUMicros is the CPU the Redis process has used, user and system,
-// in µs (INFO cpu): unlike commandstats' times, which are wall times and
-// grow while Redis waits for a core on a busy machine, it is what Redis
-// spent, reading and parsing the calls and writing the replies included.
-func redisCPUMicros(b *testing.B, c *redis.Client) float64 {
-	var sum float64
-	for line := range strings.SplitSeq(c.Info(context.Background(), "cpu").Val(), "\r\n") {
-		for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, field); ok {
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu %q: %v", line, err)
-				}
-				sum += x
-			}
-		}
-	}
-	return sum * 1e6
 }
 
 // centralBenchPolicy is benchPolicy in central mode with a burst pool.

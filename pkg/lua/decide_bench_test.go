@@ -32,7 +32,7 @@ func BenchmarkDecideScript(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/n=%d", shape, n), func(b *testing.B) {
 				c.FlushDB(ctx)
 				c.ConfigResetStat(ctx)
-				cpu := redisCPUMicros(b, c)
+				cpu := srv.CPUMicros()
 				b.ReportAllocs()
 				keys, args := decideCall(n, shape == "distinct", 0)
 				calls := 0
@@ -45,7 +45,7 @@ func BenchmarkDecideScript(b *testing.B) {
 					}
 				}
 				b.ReportMetric(redisMicrosPerCall(b, c)/float64(n), "redis-µs/decision")
-				b.ReportMetric((redisCPUMicros(b, c)-cpu)/float64(calls*n), "redis-cpu-µs/decision")
+				b.ReportMetric((srv.CPUMicros()-cpu)/float64(calls*n), "redis-cpu-µs/decision")
 			})
 		}
 	}
@@ -90,7 +90,7 @@ end`},
 				b.Fatal(err)
 			}
 			c.FlushDB(ctx)
-			cpu := redisCPUMicros(b, c)
+			cpu := srv.CPUMicros()
 			calls := 0
 			for ; b.Loop(); calls++ {
 				keys, args := decideCall(128, true, calls)
@@ -98,7 +98,7 @@ end`},
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric((redisCPUMicros(b, c)-cpu)/float64(calls*128), "redis-cpu-µs/decision")
+			b.ReportMetric((srv.CPUMicros()-cpu)/float64(calls*128), "redis-cpu-µs/decision")
 		})
 	}
 }
@@ -151,26 +151,4 @@ func redisMicrosPerCall(b *testing.B, c *redis.Client) float64 {
 	}
 	b.Fatal("no evalsha in commandstats")
 	return 0
-}
-
-// redisCPUMicros is the CPU the Redis process has used, user and system,
-// in µs (INFO cpu).
-func redisCPUMicros(b *testing.B, c *redis.Client) float64 {
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var sum float64
-	for _, line := range strings.Split(info, "\r\n") {
-		for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, field); ok {
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu %q: %v", line, err)
-				}
-				sum += x
-			}
-		}
-	}
-	return sum * 1e6
 }

@@ -121,3 +121,20 @@ func (s *Server) InfoCount(section, field string) int64 {
 	n, _ := strconv.ParseInt(v, 10, 64)
 	return n
 }
+
+// CPUMicros is the CPU the server has used, user and system, in µs (INFO
+// cpu): unlike commandstats' times, which are wall times and grow while
+// Redis waits for a core on a busy machine, it is what Redis spent,
+// reading and parsing the calls and writing the replies included.
+func (s *Server) CPUMicros() float64 {
+	s.t.Helper()
+	var sum float64
+	for _, field := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, err := strconv.ParseFloat(s.InfoField("cpu", field), 64)
+		if err != nil {
+			s.t.Fatalf("INFO cpu %s on %s: %v", field, s.Addr, err)
+		}
+		sum += v
+	}
+	return sum * 1e6
+}
