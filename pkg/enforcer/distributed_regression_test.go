@@ -125,7 +125,11 @@ func TestReconciledPushesAfterFailure(t *testing.T) {
 // pushes counted, not taken for retries of its predecessor's.
 func TestReconciledNodeIDReused(t *testing.T) {
 	srv := redistest.Start(t)
-	p := reconciledPlane(t, 1000, time.Hour)
+	// A limit that refills 1,000 tokens an hour: the 100 the second process
+	// pushes show whole however slow the machine (at 1,000 a second, 14 ms
+	// between the pushes under load hid 14 of them).
+	p := policytest.Compile(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: 1h")+
+		"  global: {rate: 1000, burst: 1000, period: 1h}\n  fairness: none\n  tiers: [{name: t, weight: 1}]\n")
 	var levels []int64
 	for range 2 {
 		e, err := New(p, WithRedis(srv.Client()), WithNodeID("pod-0"))
