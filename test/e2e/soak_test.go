@@ -124,7 +124,9 @@ func TestSoak(t *testing.T) {
 		for i := range 2 {
 			e := &enforcerNode{id: f.ns + "-" + strconv.Itoa(i), api: "127.0.0.1:" + freePort(t), admin: "127.0.0.1:" + freePort(t)}
 			f.args = append(f.args, []string{"-redis-addr", r.Addr, "-plane", f.ns + "/main", "-node-id", e.id,
-				"-listen", e.api, "-admin-listen", e.admin, "-grpc-listen", "127.0.0.1:0", "-drain", "0s",
+				"-listen", e.api, "-admin-listen", e.admin, "-grpc-listen", "127.0.0.1:0",
+				// What was routed to a node before its restart is answered.
+				"-drain", "500ms",
 				// A deadline a busy machine's scheduler does not blow (make
 				// test runs the soak beside the other packages): the soak
 				// measures drift and leaks; Redis's latency is toxiproxy_test.go's.
@@ -282,13 +284,13 @@ func editRate(t *testing.T, c client.Client, ns, name string, rate int64) {
 	}
 }
 
-// restart stops node 1 after routing the load away from it, starts it
-// again on the same addresses and routes the load back once it is ready.
+// restart stops node 1 after routing the load away from it (SIGTERM: it
+// answers what reached it for its drain, then exits), starts it again on
+// the same addresses and routes the load back once it is ready.
 func (f *soakFleet) restart(t *testing.T, bin string, env []string) {
 	t.Helper()
-	f.down.Store(true)
+	f.down.Store(true) // no new requests to it; those on their way it answers for -drain
 	defer f.down.Store(false)
-	time.Sleep(100 * time.Millisecond) // the requests already routed to it are answered (it drains none: -drain 0s)
 	p := f.procs[1]
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
