@@ -472,25 +472,29 @@ func (e *Engine) Close() error {
 // Decide decides r now. In the queueing modes (fairness wfq and drr) a
 // request denied at the contended global level may wait up to the queue wait
 // for its turn (see queue.go); otherwise it never waits. It honours ctx.
-func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
+func (e *Engine) Decide(ctx context.Context, r Request) (d Decision, err error) {
+	err = e.decideGated(ctx, &r, &d) // small enough to inline: the caller's Decision is filled in place
+	return d, err
+}
+
+// decideGated is Decide into d.
+func (e *Engine) decideGated(ctx context.Context, r *Request, d *Decision) error {
 	if err := ctx.Err(); err != nil {
-		return Decision{}, err
+		return err
 	}
 	if e.closed.Load() {
-		return Decision{}, ErrClosed
+		return ErrClosed
 	}
-	var d Decision
-	gp, gu, class, cost := e.route(&r)
+	gp, gu, class, cost := e.route(r)
 	if gp == nil {
-		err := e.decideNow(ctx, &r, &d)
-		return d, err
+		return e.decideNow(ctx, r, d)
 	}
-	if !gp.take(gu, class, cost, e.clock(), &d) {
-		return d, nil
+	if !gp.take(gu, class, cost, e.clock(), d) {
+		return nil
 	}
-	err := e.decideNow(ctx, &r, &d)
-	gu.settle(class, cost, &d, err)
-	return d, err
+	err := e.decideNow(ctx, r, d)
+	gu.settle(class, cost, d, err)
+	return err
 }
 
 // decideNow is Decide without the upstream gate.
@@ -523,20 +527,24 @@ func (e *Engine) decideNow(ctx context.Context, r *Request, d *Decision) error {
 // In central mode the script decides at the given time instead of Redis
 // TIME, alone rather than batched: for simulations and for tests that replay
 // the Go engine. A fleet must not mix it with Decide, whose time is Redis's.
-func (e *Engine) DecideAt(now time.Time, r Request) (Decision, error) {
-	nowUs := now.UnixMicro()
-	var d Decision
-	gp, gu, class, cost := e.route(&r)
-	if gp == nil {
-		err := e.decideAt(nowUs, &r, &d)
-		return d, err
-	}
-	if !gp.take(gu, class, cost, nowUs, &d) {
-		return d, nil
-	}
-	err := e.decideAt(nowUs, &r, &d)
-	gu.settle(class, cost, &d, err)
+func (e *Engine) DecideAt(now time.Time, r Request) (d Decision, err error) {
+	err = e.decideAtGated(now, &r, &d) // small enough to inline: filled in place
 	return d, err
+}
+
+// decideAtGated is DecideAt into d.
+func (e *Engine) decideAtGated(now time.Time, r *Request, d *Decision) error {
+	nowUs := now.UnixMicro()
+	gp, gu, class, cost := e.route(r)
+	if gp == nil {
+		return e.decideAt(nowUs, r, d)
+	}
+	if !gp.take(gu, class, cost, nowUs, d) {
+		return nil
+	}
+	err := e.decideAt(nowUs, r, d)
+	gu.settle(class, cost, d, err)
+	return err
 }
 
 // decideAt is DecideAt without the upstream gate.
