@@ -78,7 +78,7 @@ func TestExplainAThrottledTenant(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &x); code != 0 || err != nil {
 		t.Fatalf("explain -o json: exit %d, %v\n%s", code, err, out)
 	}
-	if x.View.Admitted != 2 || x.View.Denied["tenant"] != 1 || len(x.View.Recent) != 3 || x.View.Recent[0].Allowed || x.View.Tier != "free" {
+	if x.View.Admitted != 2 || x.View.Denied["tenant"] != 1 || len(x.View.Recent) != 2 || x.View.Recent[1].Count != 2 || x.View.Recent[0].Allowed || x.View.Tier != "free" {
 		t.Errorf("explain -o json: %+v", x.View)
 	}
 

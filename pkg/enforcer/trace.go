@@ -3,17 +3,24 @@ package enforcer
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"time"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
 
-// TraceLength is how many recent decisions the engine keeps per tenant.
+// TraceLength is how many recent entries the engine keeps per tenant: a
+// decision each, but a run of admitted decisions alike (same endpoint,
+// key, cost and loan) is one entry with its count, so that a busy
+// tenant's trace reaches back past its last few milliseconds and a
+// decision writes the cache line it wrote last.
 const TraceLength = 16
 
-// TraceEntry is one decision in a tenant's trace.
+// TraceEntry is one decision in a tenant's trace, or Count admitted ones
+// alike in a row, the last at At.
 type TraceEntry struct {
 	At       time.Time
+	Count    int64
 	Endpoint string
 	// KeyHash is the request's api key as policy.ShortKeyHash shows it (12
 	// hex digits of its SHA-256); empty for a request without a key. The
@@ -26,18 +33,17 @@ type TraceEntry struct {
 	Reason   string
 }
 
-// traceRing keeps the last TraceLength decisions. An entry is less than one
-// cache line: times in µs, the level as an index, the key's short hash as
-// bytes, and strings shared with the policy, never built.
+// traceRing keeps the last TraceLength entries. An entry is 64 bytes:
+// times in µs, the level as an index, the key's short hash as bytes, and
+// strings shared with the policy, never built.
 type traceRing struct {
-	entries [TraceLength]traceEntry
-	next    int
-	n       int
+	next, n int
 	// hashedKey is the api key whose short hash is keyHash: the trace
 	// stores a key's hash, never the key, and most of a tenant's traffic
 	// comes through few keys, so it is computed once per change of key.
 	hashedKey string
 	keyHash   [shortKeyHashBytes]byte
+	entries   [TraceLength]traceEntry
 }
 
 type traceEntry struct {
@@ -50,6 +56,7 @@ type traceEntry struct {
 	allow    bool
 	hasKey   bool
 	keyHash  [shortKeyHashBytes]byte
+	count    int32 // decisions alike in a row, admitted ones only
 }
 
 // shortKeyHashBytes is the bytes of policy.ShortKeyHash's 12 hex digits.
@@ -83,9 +90,19 @@ func (r *traceRing) record(now int64, d *Decision, apiKey string, endpoint *poli
 	if hasKey && apiKey != r.hashedKey {
 		r.hashedKey, r.keyHash = apiKey, shortKeyHash(apiKey)
 	}
+	if r.n > 0 && d.Allow {
+		last := &r.entries[(r.next+TraceLength-1)%TraceLength]
+		if last.allow && last.cost == d.Cost && last.borrowed == int32(d.Borrowed) && last.endpoint == endpoint &&
+			last.hasKey == hasKey && (!hasKey || last.keyHash == r.keyHash) && last.count < math.MaxInt32 {
+			last.atUs = now
+			last.count++
+			return
+		}
+	}
 	// Written in place, field by field: a struct literal would be built
 	// aside and copied with write barriers.
 	entry := r.push()
+	entry.count = 1
 	entry.atUs, entry.cost, entry.borrowed, entry.allow = now, d.Cost, int32(d.Borrowed), d.Allow
 	entry.reason = d.Reason
 	entry.level = int8(d.Level.index())
@@ -103,7 +120,7 @@ func (r *traceRing) newestFirst() []TraceEntry {
 	for i := range r.n {
 		e := r.entries[(r.next-1-i+2*TraceLength)%TraceLength]
 		out[i] = TraceEntry{
-			At:   time.UnixMicro(e.atUs),
+			At: time.UnixMicro(e.atUs), Count: int64(e.count),
 			Cost: e.cost, Borrowed: int64(e.borrowed), Allow: e.allow, Reason: e.reason,
 		}
 		if e.hasKey {

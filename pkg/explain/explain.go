@@ -170,9 +170,9 @@ func (x *Explanation) Tables() []report.Table {
 	counters := report.Table{Title: "counters", Header: []string{"ADMITTED", "DENIED", "DEMAND", "FAIR SHARE", "BORROWED", "DEBT", "MAY BORROW"},
 		Rows: [][]string{{strconv.FormatInt(v.Admitted, 10), cmp.Or(strings.Join(denied, ", "), "0"), fmt.Sprintf("%.1f tokens/s", v.DemandPerSec), share,
 			strconv.FormatInt(v.Borrowed, 10), strconv.FormatInt(v.BorrowDebt, 10), strconv.FormatBool(v.MayBorrow)}}}
-	recent := report.Table{Title: "recent decisions, newest first", Header: []string{"AT", "ENDPOINT", "COST", "ALLOWED", "LEVEL", "REASON"}}
+	recent := report.Table{Title: "recent decisions, newest first", Header: []string{"AT", "COUNT", "ENDPOINT", "COST", "ALLOWED", "LEVEL", "REASON"}}
 	for _, d := range v.Recent {
-		recent.Rows = append(recent.Rows, []string{d.At.Format(time.RFC3339Nano), cmp.Or(d.Endpoint, "-"), strconv.FormatInt(d.Cost, 10), strconv.FormatBool(d.Allowed), cmp.Or(d.Level, "-"), cmp.Or(d.Reason, "-")})
+		recent.Rows = append(recent.Rows, []string{d.At.Format(time.RFC3339Nano), strconv.FormatInt(d.Count, 10), cmp.Or(d.Endpoint, "-"), strconv.FormatInt(d.Cost, 10), strconv.FormatBool(d.Allowed), cmp.Or(d.Level, "-"), cmp.Or(d.Reason, "-")})
 	}
 	if len(v.Recent) == 0 {
 		recent.Header, recent.Notes = nil, []string{"none on this enforcer"}

@@ -151,9 +151,12 @@ type DebugLimit struct {
 	Remaining int64  `json:"remaining"`
 }
 
-// DebugDecision is one of the tenant's recent decisions, newest first.
+// DebugDecision is one of the tenant's recent decisions, newest first, or
+// Count admitted ones alike in a row (same endpoint, key, cost and loan),
+// the last at At.
 type DebugDecision struct {
 	At       time.Time `json:"at"`
+	Count    int64     `json:"count"`
 	Endpoint string    `json:"endpoint,omitempty"`
 	KeyHash  string    `json:"keyHash,omitempty"` // the api key's short hash, never the key
 	Cost     int64     `json:"cost"`
@@ -241,7 +244,7 @@ func debug(w http.ResponseWriter, r *http.Request, e *enforcer.Engine, cfg *admi
 		v.Denied[string(l)] = n
 	}
 	for _, t := range s.Trace {
-		v.Recent = append(v.Recent, DebugDecision{At: t.At, Endpoint: t.Endpoint, KeyHash: t.KeyHash, Cost: t.Cost, Borrowed: t.Borrowed,
+		v.Recent = append(v.Recent, DebugDecision{At: t.At, Count: t.Count, Endpoint: t.Endpoint, KeyHash: t.KeyHash, Cost: t.Cost, Borrowed: t.Borrowed,
 			Allowed: t.Allow, Level: string(t.Level), Reason: t.Reason})
 	}
 	if b.Mode != policy.ModeLocal {

@@ -123,7 +123,9 @@ func TestDebug(t *testing.T) {
 	if !levels["global"] || !levels["tenant"] || !levels["endpoint"] {
 		t.Fatalf("limits %+v: want global, tenant and endpoint levels", v.Limits)
 	}
-	if len(v.Recent) != 3 || v.Recent[0].Allowed || v.Recent[0].Level != "tenant" || v.Recent[0].Reason == "" {
+	// The two admitted requests alike are one entry with their count.
+	if len(v.Recent) != 2 || v.Recent[0].Allowed || v.Recent[0].Level != "tenant" || v.Recent[0].Reason == "" || v.Recent[0].Count != 1 ||
+		!v.Recent[1].Allowed || v.Recent[1].Count != 2 {
 		t.Fatalf("recent decisions, newest first: %+v", v.Recent)
 	}
 	for path, code := range map[string]int{
