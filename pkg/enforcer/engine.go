@@ -417,8 +417,19 @@ func (e *Engine) installLocalLocked(p *policy.Policy, now int64) {
 	if old != nil {
 		s.seq, s.installedAt = old.seq+1, now
 	}
-	for _, t := range p.Spec().Tenants {
-		s.known[t.Name] = e.tenants.getOrCreate(t.Name, "", 0)
+	// The map's keys share one string: a lookup compares the key's bytes,
+	// and 10,000 names in a few pages stay in cache where 10,000 small
+	// allocations spread over the heap do not.
+	tenants := p.Spec().Tenants
+	var all strings.Builder
+	for _, t := range tenants {
+		all.WriteString(t.Name)
+	}
+	names := all.String()
+	for _, t := range tenants {
+		var name string
+		name, names = names[:len(t.Name)], names[len(t.Name):]
+		s.known[name] = e.tenants.getOrCreate(name, "", 0)
 	}
 	e.snap.Store(s)
 	if old == nil {
