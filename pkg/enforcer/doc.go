@@ -183,6 +183,18 @@
 // In the distributed modes the engine's own state holds this node's share of
 // the policy (policy.Share); Policy returns the policy itself.
 //
+// The modes are not three deciders behind one interface, and that is a
+// decision: local-reconciled decides on the engine's own state (its
+// reconcile loop resizes that state and never decides), and central falls
+// back to that state whenever Redis cannot answer. So there is one
+// decision path over the engine's own state, and one separate decider,
+// central's (central.go: its batches, breaker and scripts), taken when the
+// policy in force has mode central (its snapshot is set). What an
+// interface would give is had otherwise: the mode is a typed enum
+// (policy.Mode), each mode's code is in files of its own (central*.go,
+// reconcile*.go, hybrid.go for the limits too small to split), and only
+// the mode in force runs background loops (loops.go).
+//
 // Both distributed modes treat an unavailable Redis alike: the node is
 // degraded (central: its circuit breaker is open; local-reconciled: three
 // reconciles in a row failed, until one succeeds), BackendStatus.Degraded
