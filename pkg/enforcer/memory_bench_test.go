@@ -241,3 +241,40 @@ func BenchmarkReconcileBytes(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFairnessTick is one fairness tick (demand measured, capacity
+// shared, a sixteenth of the states looked over for pruning; none is idle
+// long enough) over n tenants that each decided once on
+// benchMemoryPlane: what every enforcer spends every fairness interval
+// (100 ms) off the requests' path. QUOTAPLANE_MEMORY_TENANTS sets n for
+// the large case (default 100,000 and 10,000).
+//
+//	go test -run '^$' -bench FairnessTick ./pkg/enforcer/
+func BenchmarkFairnessTick(b *testing.B) {
+	p := policytest.Compile(b, benchMemoryPlane)
+	large := 100_000
+	if v := os.Getenv("QUOTAPLANE_MEMORY_TENANTS"); v != "" {
+		var err error
+		if large, err = strconv.Atoi(v); err != nil || large < 1 {
+			b.Fatalf("QUOTAPLANE_MEMORY_TENANTS=%q: want a number of tenants", v)
+		}
+	}
+	for _, n := range []int{10_000, large} {
+		b.Run(sprintf("tenants=%d", n), func(b *testing.B) {
+			e := newEngine(b, p, WithMaxTenants(2*n), withFairnessInterval(time.Hour), WithIdleTTL(1000*time.Hour))
+			for i := range n {
+				if _, err := e.DecideAt(epoch.Add(time.Duration(i)*time.Microsecond), Request{Tenant: sprintf("tenant-%07d", i), Endpoint: "read"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			now := epoch.Add(time.Second).UnixMicro()
+			e.tick(now) // the first tick only reads the weights
+			b.ResetTimer()
+			for b.Loop() {
+				now += 100_000 // the default interval
+				e.tick(now)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/tenant")
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
@@ -243,5 +244,36 @@ func TestTenantIndexMatchesAMap(t *testing.T) {
 	got := idx.appendTo(nil)
 	if len(got) != len(want) || slices.ContainsFunc(got, func(ts *tenantState) bool { return want[ts.name] != ts }) {
 		t.Fatalf("appendTo: %d states, want %d", len(got), len(want))
+	}
+}
+
+// TestAppendAllInAddressOrder: the registry hands out every state once, in
+// the order of their addresses, and its sort keeps no state alive.
+func TestAppendAllInAddressOrder(t *testing.T) {
+	var r registry
+	r.init()
+	for _, n := range []int{0, 1, 2, 5000} {
+		for i := range n {
+			r.getOrCreate(sprintf("t%d-%d", n, i), "", 0)
+		}
+		all := r.appendAll([]*tenantState{nil}) // appended after what dst holds
+		if len(all) != int(r.count.Load())+1 || all[0] != nil {
+			t.Fatalf("%d states: appendAll gave %d after the one given", r.count.Load(), len(all)-1)
+		}
+		seen := map[*tenantState]bool{}
+		for i, ts := range all[1:] {
+			if seen[ts] || r.get(ts.name) != ts {
+				t.Fatalf("state %d (%s) twice or not the registry's", i, ts.name)
+			}
+			seen[ts] = true
+			if i > 0 && uintptr(unsafe.Pointer(all[i])) >= uintptr(unsafe.Pointer(ts)) {
+				t.Fatalf("states %d and %d are not in address order", i-1, i)
+			}
+		}
+		for i, ts := range r.sortScratch {
+			if ts != nil {
+				t.Fatalf("the sort's scratch keeps state %d (%s)", i, ts.name)
+			}
+		}
 	}
 }

@@ -3,9 +3,11 @@ package enforcer
 import (
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -404,6 +406,9 @@ type registry struct {
 	count  atomic.Int64
 	ids    atomic.Uint32 // the last tenantState.id given
 	shards [registryShards]registryShard
+
+	sortMu      sync.Mutex     // serialises appendAll's sorts, which share sortScratch
+	sortScratch []*tenantState // appendAll's radix sort's other buffer, nil between sorts
 }
 
 const registryShards = 64
@@ -461,15 +466,67 @@ func (r *registry) getOrCreate(name, tier string, limit int) *tenantState {
 // slot is a state's hash in its shard's index (tenantIndex).
 func (r *registry) slot(ts *tenantState) uint64 { return r.hash(ts.name) / registryShards }
 
-// appendAll appends every tenant state to dst.
+// appendAll appends every tenant state to dst, in the order of their
+// addresses in memory. Every caller walks them locking each one (the
+// fairness tick every 100 ms, the reconcile, a swap), and a lock is a
+// full barrier: in the index's hash order each state was a cache miss no
+// other could overlap, 250 ns a tenant at 1,000,000 tenants, so that a
+// tick took longer than its interval; in address order the hardware
+// prefetches the walk (BenchmarkFairnessTick).
 func (r *registry) appendAll(dst []*tenantState) []*tenantState {
+	start := len(dst)
 	for i := range r.shards {
 		sh := &r.shards[i]
 		sh.mu.RLock()
 		dst = sh.tenants.appendTo(dst)
 		sh.mu.RUnlock()
 	}
+	r.sortMu.Lock()
+	defer r.sortMu.Unlock()
+	r.sortScratch = byAddress(dst[start:], r.sortScratch)
 	return dst
+}
+
+// byAddress sorts s by address, with scratch (grown to len(s) and
+// returned, cleared, to be passed again): a least-significant-digit radix
+// sort, 11 bits a pass over the bits in which the addresses differ (three
+// passes for a million states), where a comparison sort took 150 ms.
+// Addresses only order the walk: the garbage collector does not move heap
+// objects, and nothing converts one back to a pointer.
+func byAddress(s, scratch []*tenantState) []*tenantState {
+	if len(s) < 2 {
+		return scratch
+	}
+	low, high := ^uintptr(0), uintptr(0)
+	for _, ts := range s {
+		a := uintptr(unsafe.Pointer(ts))
+		low, high = min(low, a), max(high, a)
+	}
+	scratch = grow(scratch, len(s))
+	const digit = 11
+	var count [1 << digit]int
+	src, dst := s, scratch
+	for shift := 0; shift < bits.Len64(uint64(high-low)); shift += digit {
+		clear(count[:])
+		for _, ts := range src {
+			count[(uintptr(unsafe.Pointer(ts))-low)>>shift&(1<<digit-1)]++
+		}
+		at := 0
+		for d, n := range count {
+			count[d], at = at, at+n
+		}
+		for _, ts := range src {
+			d := (uintptr(unsafe.Pointer(ts)) - low) >> shift & (1<<digit - 1)
+			dst[count[d]] = ts
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &s[0] { // an odd number of passes ended in scratch
+		copy(s, src)
+	}
+	clear(scratch[:len(s)]) // it must not keep pruned states alive
+	return scratch
 }
 
 // remove forgets a tenant if its state is still ts.
