@@ -239,7 +239,7 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 	// tail tenant's claims would otherwise add up short (min(d, λw) is
 	// concave), and its tier's level run high.
 	nodes := max(b.fleet.nodes.Load(), 1)
-	maxWindow := time.Duration(nodes) * maxDemandWindow
+	step := e.demandStep(seconds, time.Duration(nodes)*maxDemandWindow)
 	cf.tenants = e.tenants.appendAll(cf.tenants[:0])
 	defer clear(cf.tenants)
 	busy := cf.busy[:0]
@@ -252,7 +252,7 @@ func (b *central) measure(snap *snapshot, now int64) (report []byte, measured bo
 		if first || ts.name == overflowName {
 			continue
 		}
-		demand := e.measureDemand(ts, offered, arrivals, seconds, maxWindow)
+		demand := e.measureDemand(ts, offered, arrivals, &step)
 		ts.demandBits.Store(math.Float64bits(demand))
 		if demand <= 0 && offered == 0 {
 			continue

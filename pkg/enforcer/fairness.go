@@ -163,6 +163,7 @@ func (e *Engine) tick(now int64) {
 	f.ranks = grow(f.ranks, len(f.tenants))
 	f.caps = grow(f.caps, len(f.tenants))
 	seconds := float64(elapsed) / 1e6
+	step := e.demandStep(seconds, maxDemandWindow)
 	var total float64
 	for i, ts := range f.tenants {
 		ts.mu.Lock()
@@ -179,7 +180,7 @@ func (e *Engine) tick(now int64) {
 		if first {
 			continue
 		}
-		demand := e.measureDemand(ts, offered, arrivals, seconds, maxDemandWindow)
+		demand := e.measureDemand(ts, offered, arrivals, &step)
 		ts.demandBits.Store(math.Float64bits(demand))
 		if demand <= 0 && offered > 0 {
 			f.unmeasured.offered[f.ranks[i]] += offered
@@ -253,7 +254,8 @@ func (f *fairness) reallocate(snap *snapshot, scale, total float64, denials int6
 // about 1/√(2·demandSamples) whatever its rate, while a busy tenant keeps a
 // short window: a whale's spike is seen at once and its end within a
 // window of demandWindow.
-func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds float64, maxWindow time.Duration) float64 {
+func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, step *demandStep) float64 {
+	seconds := step.seconds
 	// The averages are kept in float32 (a million tenants' state) and
 	// computed in float64.
 	average, weight, arrivalAverage := float64(ts.demandAverage), float64(ts.demandWeight), float64(ts.arrivalAverage)
@@ -271,13 +273,12 @@ func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds
 	// The window follows the rate measured so far, never this tick's: a
 	// window chosen from the sample it averages would be short whenever a
 	// request arrived and long when none did, and bias the average up.
-	window := maxWindow.Seconds()
+	alpha := step.longestAlpha
 	if !fresh {
 		if rate := arrivalAverage / weight; rate > 0 {
-			window = min(max(e.settings.demandWindow.Seconds(), demandSamples/rate), window)
+			alpha = step.alpha(demandSamples / rate)
 		}
 	}
-	alpha := 1 - math.Exp(-seconds/window)
 	// A moving average started at zero underestimates a new tenant's
 	// demand for several time constants; dividing by the weight the
 	// average has gathered so far (as Adam does) removes that bias, so a
@@ -295,6 +296,36 @@ func (e *Engine) measureDemand(ts *tenantState, offered, arrivals int64, seconds
 	}
 	ts.demandAverage, ts.demandWeight, ts.arrivalAverage = float32(average), float32(weight), float32(arrivalAverage)
 	return demand
+}
+
+// demandStep is what every tenant's measureDemand of one tick shares: the
+// seconds since the last, and the weight 1 - e^(-seconds/window) of this
+// tick in an average over window for the two windows most tenants have,
+// the shortest (demandWindow: a busy tenant's) and the longest (a slow
+// one's, and a new one's): one exponential a tick rather than one a
+// tenant (a third of a tick over a million tenants).
+type demandStep struct {
+	seconds                     float64
+	shortest, longest           float64 // windows, s
+	shortestAlpha, longestAlpha float64
+}
+
+func (e *Engine) demandStep(seconds float64, maxWindow time.Duration) demandStep {
+	s := demandStep{seconds: seconds, shortest: e.settings.demandWindow.Seconds(), longest: maxWindow.Seconds()}
+	s.shortestAlpha, s.longestAlpha = 1-math.Exp(-seconds/s.shortest), 1-math.Exp(-seconds/s.longest)
+	return s
+}
+
+// alpha is the weight of this tick in an average over window, clamped to
+// [shortest, longest].
+func (s *demandStep) alpha(window float64) float64 {
+	switch window = min(max(s.shortest, window), s.longest); window {
+	case s.longest:
+		return s.longestAlpha
+	case s.shortest:
+		return s.shortestAlpha
+	}
+	return 1 - math.Exp(-s.seconds/window)
 }
 
 const (
