@@ -278,3 +278,41 @@ func BenchmarkFairnessTick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSwapTenants is a policy swap (a new version of the same plane)
+// with n tenants' states, each of which decided once with a key: every
+// state moves to the new policy before SetPolicyAt returns.
+// QUOTAPLANE_MEMORY_TENANTS sets n for the large case.
+//
+//	go test -run '^$' -bench SwapTenants ./pkg/enforcer/
+func BenchmarkSwapTenants(b *testing.B) {
+	p := policytest.Compile(b, benchMemoryPlane)
+	large := 100_000
+	if v := os.Getenv("QUOTAPLANE_MEMORY_TENANTS"); v != "" {
+		var err error
+		if large, err = strconv.Atoi(v); err != nil || large < 1 {
+			b.Fatalf("QUOTAPLANE_MEMORY_TENANTS=%q: want a number of tenants", v)
+		}
+	}
+	for _, n := range []int{10_000, large} {
+		b.Run(sprintf("tenants=%d", n), func(b *testing.B) {
+			e := newEngine(b, p, WithMaxTenants(2*n), WithMaxKeys(2*n), WithIdleTTL(1000*time.Hour))
+			now := epoch
+			for i := range n {
+				now = now.Add(time.Microsecond)
+				if _, err := e.DecideAt(now, Request{Tenant: sprintf("tenant-%07d", i), Endpoint: "export", APIKey: sprintf("key-%07d", i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			version := p.Version()
+			for b.Loop() {
+				version++
+				now = now.Add(time.Millisecond)
+				if err := e.SetPolicyAt(now, p.WithVersion(version)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/tenant")
+		})
+	}
+}
