@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
@@ -25,6 +27,19 @@ var backends = []struct {
 	{name: "central", mode: "central"},
 	{name: "central/redis-down", mode: "central", redisDown: true},
 	{name: "local-reconciled", mode: "local-reconciled", hugeGlobal: true},
+}
+
+// replayOptions are the options of a node on client whose decisions a
+// test compares with the Go engine's: a breaker that stays open once it
+// opens and, with Redis up, a deadline a loaded machine does not reach
+// (past the default 50 ms a call degrades the node to its share, which is
+// not the Go engine's decision).
+func replayOptions(client redis.UniversalClient, node string, redisDown bool) []Option {
+	opts := []Option{WithRedis(client), WithNodeID(node), withBreakerCooldown(time.Hour)}
+	if !redisDown {
+		opts = append(opts, WithRedisTimeout(10*time.Second))
+	}
+	return opts
 }
 
 // TestBackendsMatchEngine replays long random sequences of decisions on
@@ -51,8 +66,7 @@ func TestBackendsMatchEngine(t *testing.T) {
 				if err := client.FlushDB(context.Background()).Err(); err != nil {
 					t.Fatal(err)
 				}
-				e := newEngine(t, policytest.Compile(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
-					withBreakerCooldown(time.Hour))
+				e := newEngine(t, policytest.Compile(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), replayOptions(client, "n1", b.redisDown)...)
 				if b.redisDown {
 					srv.Stop()
 				}
@@ -117,8 +131,7 @@ func TestBackendsMatchEngineGroups(t *testing.T) {
 				if err := client.FlushDB(context.Background()).Err(); err != nil {
 					t.Fatal(err)
 				}
-				e := newEngine(t, policytest.Compile(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), WithRedis(client), WithNodeID("n1"),
-					withBreakerCooldown(time.Hour))
+				e := newEngine(t, policytest.Compile(t, withMode(pl.yaml, b.mode, "reconcileInterval: 1h")), replayOptions(client, "n1", b.redisDown)...)
 				if b.redisDown {
 					srv.Stop()
 				}

@@ -50,7 +50,7 @@ func groupEngine(t *testing.T, srv *redistest.Server, mode string, redisDown boo
 	}
 	srv.Restart() // empty, and up again after a mode that stopped it
 	c := srv.Client()
-	e := newEngine(t, p, append([]Option{WithRedis(c), WithNodeID("n1"), withBreakerCooldown(time.Hour)}, opts...)...)
+	e := newEngine(t, p, append(replayOptions(c, "n1", redisDown), opts...)...)
 	if redisDown {
 		srv.Stop()
 	}
@@ -205,7 +205,7 @@ func twinEngines(t *testing.T, srv *redistest.Server, mode string) (*Engine, *En
 	var engines [2]*Engine
 	for i, name := range []string{"one", "two"} {
 		engines[i] = newEngine(t, policytest.Compile(t, withMode(groupPlane(name), mode, "reconcileInterval: 1h")),
-			WithRedis(srv.Client()), WithNodeID("n"+name), withBreakerCooldown(time.Hour))
+			replayOptions(srv.Client(), "n"+name, false)...)
 	}
 	return engines[0], engines[1]
 }
