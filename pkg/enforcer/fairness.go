@@ -151,12 +151,14 @@ func (e *Engine) tick(now int64) {
 		return
 	}
 
-	// In mode local-reconciled the allocation is the fleet's: this node's
-	// capacity, floors and tenants' caps scaled up by the node's share of
-	// the plane (scale), and each tenant's fleet-wide demand where the
-	// reconcile loop brought it back; each tenant is then paced at the
-	// part of its fleet share that its demand here is of its fleet demand.
-	scale, fleet := e.fleetView()
+	// In mode local-reconciled the allocation is in a frame as wide as
+	// the fleet's tenants are spread (spread, at most scale, the factor
+	// from this node's share of the plane to the whole; reconcile.go):
+	// this node's capacity, floors, tenants' caps and demands scaled up
+	// by spread, a tenant the fleet reported at its fleet-wide demand in
+	// that frame; each tenant is then paced at the part of its share that
+	// its demand here is of its demand in the frame.
+	scale, spread, fleet := e.fleetView()
 	f.tenants = e.tenants.appendAll(f.tenants[:0])
 	f.demands = grow(f.demands, len(f.tenants))
 	f.weights = grow(f.weights, len(f.tenants))
@@ -174,7 +176,7 @@ func (e *Engine) tick(now int64) {
 		f.weights[i], f.ranks[i], f.caps[i] = 1, len(snap.floors)-1, math.Inf(1)
 		if ts.snap == snap && ts.rec.tenant.Weight >= 1 {
 			f.weights[i], f.ranks[i] = float64(ts.rec.tenant.Weight), ts.rec.tierRank
-			f.caps[i] = ts.sustainableRate(snap) * scale
+			f.caps[i] = ts.sustainableRate(snap) * spread
 		}
 		ts.mu.Unlock()
 		if first {
@@ -187,12 +189,12 @@ func (e *Engine) tick(now int64) {
 		}
 		// The tenant's fleet-wide demand: what the fleet reported (at
 		// least this node's own), or, for a tenant not among this node's
-		// busiest, its demand here as if spread like the node's.
-		whole, part := demand*scale, 1.0
+		// busiest, its demand here as if spread as those are (fleetDemand).
+		whole, part := demand*spread, 1.0
 		if d, ok := fleet[ts.name]; ok {
-			whole = max(d, demand)
+			whole = max(d*spread/scale, demand)
 		}
-		if demand > 0 && scale != 1 {
+		if demand > 0 && spread != 1 {
 			part = demand / whole // in (0, 1]; 1 when the demand is gone
 		}
 		ts.setPart(part)
@@ -204,17 +206,17 @@ func (e *Engine) tick(now int64) {
 		return
 	}
 	// The tail no tenant's average holds yet, per tier, as claimants
-	// wanting it in full (in local-reconciled, as if spread like the
-	// node's demand, as a tenant outside the fleet's view is).
+	// wanting it in full (in local-reconciled, spread as a tenant outside
+	// the fleet's view is).
 	for k, demand := range f.unmeasured.fold(len(snap.floors), seconds, e.settings.demandWindow) {
-		f.demands = append(f.demands, demand*scale)
-		f.weights = append(f.weights, demand*scale/unattributedRatio)
+		f.demands = append(f.demands, demand*spread)
+		f.weights = append(f.weights, demand*spread/unattributedRatio)
 		f.ranks = append(f.ranks, k)
 		f.caps = append(f.caps, math.Inf(1))
-		total += demand * scale
+		total += demand * spread
 	}
 
-	f.reallocate(snap, scale, total, denials, e.globalFill(now), e.settings.headroom, now)
+	f.reallocate(snap, spread, total, denials, e.globalFill(now), e.settings.headroom, now)
 }
 
 // reallocate shares the plane's global rate (scale times the snapshot's)

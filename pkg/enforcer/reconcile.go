@@ -54,10 +54,16 @@ import (
 // three intervals after its last reconcile, and its share goes to the
 // others at their next reconcile.
 //
-// The fairness tick shares in the fleet's frame: the node's capacity,
-// floors and caps scaled up to the whole plane, each busy tenant at its
-// fleet-wide demand, and each tenant paced here at the part of its fair
-// share that its demand here is of its fleet demand (fleetView).
+// The fairness tick shares in a frame as wide as the fleet's tenants are
+// spread (fleetView): the node's capacity, floors, caps and each tenant's
+// demand here scaled up by how many times a busy tenant's fleet-wide
+// demand its demand here is (the median over the busiest it pushed, at
+// most the factor to the whole plane), and each tenant paced here at the
+// part of its fair share that its demand here is of its demand in that
+// frame. With round robin that is the whole plane, each tenant at its
+// fleet-wide demand; with tenants pinned to nodes it is the node's own
+// share of the plane, shared among the node's own tenants, whose
+// reconciled claims size the shares (TestScaleSim's pinned fleet).
 //
 // Lower levels (tenant, endpoint, key) are reconciled per bucket, each
 // node's part of a tenant's limits following where the tenant's demand is
@@ -107,6 +113,7 @@ type reconciler struct {
 	unconfirmed    bool
 	pendingBuckets []levelBucket
 	buckets        []levelBucket      // reused by collectBuckets
+	ratios         []float64          // reused for fleetDemand.spread
 	demands        map[string]float64 // this node's demand per bucket it pushes, tokens/s
 
 	fleet atomic.Pointer[fleetDemand]
@@ -121,8 +128,19 @@ type reconciler struct {
 
 // fleetDemand is what the last reconcile brought back of the fleet's
 // demand per tenant (tokens/s, for this node's busiest tenants), and when.
+//
+// spread is how many times a tenant's demand here its fleet-wide demand
+// is, the median over those busiest tenants (0: none to tell): about the
+// number of nodes when a balancer spreads each tenant over the fleet,
+// about 1 when it pins each tenant to a node. The fairness tick counts a
+// tenant the fleet did not report at its demand here times spread. (It
+// counted it times the node's factor to the whole plane, as if spread:
+// with tenants pinned to 10 nodes each small tenant was counted 10 times
+// over, its tier's level fell, and every tier left its fair share by
+// 15–40%: TestScaleSimPinned.)
 type fleetDemand struct {
 	byTenant map[string]float64
+	spread   float64
 	at       int64 // µs
 }
 
@@ -315,15 +333,22 @@ func (r *reconciler) reconcile() {
 	}
 	byTenant := make(map[string]float64, len(busiest))
 	r.unfair = 0
+	r.ratios = r.ratios[:0]
 	for i, b := range busiest {
 		if i < len(totals) {
 			if d, ok := totals[i].(int64); ok && d > 0 {
 				byTenant[b.ts.name] = float64(d)
 				r.unfair += b.unfair(float64(d), water)
+				r.ratios = append(r.ratios, max(float64(d)/b.demand, 1))
 			}
 		}
 	}
-	r.fleet.Store(&fleetDemand{byTenant: byTenant, at: now})
+	var spread float64
+	if len(r.ratios) > 0 {
+		slices.Sort(r.ratios)
+		spread = r.ratios[len(r.ratios)/2]
+	}
+	r.fleet.Store(&fleetDemand{byTenant: byTenant, spread: spread, at: now})
 	r.stats.fleetLevel.Store(level)
 	levels, _ := reply[5].([]any)
 	if e.central.fleet.count(nodes, now, (2 * interval).Microseconds()) {
@@ -416,16 +441,20 @@ func (r *reconciler) busiest() []busyTenant {
 // node's part of the plane to the whole (1 unless the plane is in mode
 // local-reconciled) and the fleet's demand per tenant, when a reconcile
 // brought it back within three intervals.
-func (e *Engine) fleetView() (scale float64, byTenant map[string]float64) {
+func (e *Engine) fleetView() (scale, spread float64, byTenant map[string]float64) {
 	p := e.policy.Load()
 	if e.reconciler == nil || p.Mode() != policy.ModeLocalReconciled {
-		return 1, nil
+		return 1, 1, nil
 	}
 	scale = 1 / e.reconciler.fraction()
+	spread = scale // until the fleet tells: as if spread like the node's demand
 	if f := e.reconciler.fleet.Load(); f != nil && e.clock()-f.at <= 3*p.Spec().ReconcileInterval.Microseconds() {
 		byTenant = f.byTenant
+		if f.spread > 0 {
+			spread = min(f.spread, scale)
+		}
 	}
-	return scale, byTenant
+	return scale, spread, byTenant
 }
 
 // leave takes the node out of the fleet at once (rather than after its
