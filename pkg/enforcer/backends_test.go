@@ -31,13 +31,12 @@ var backends = []struct {
 
 // replayOptions are the options of a node on client whose decisions a
 // test compares with the Go engine's: a breaker that stays open once it
-// opens and, with Redis up, a deadline a loaded machine does not reach
-// (past the default 50 ms a call degrades the node to its share, which is
-// not the Go engine's decision).
+// opens and, with Redis up, slowMachine's deadline (a degraded node
+// decides on its share, which is not the Go engine's decision).
 func replayOptions(client redis.UniversalClient, node string, redisDown bool) []Option {
 	opts := []Option{WithRedis(client), WithNodeID(node), withBreakerCooldown(time.Hour)}
 	if !redisDown {
-		opts = append(opts, WithRedisTimeout(10*time.Second))
+		opts = append(opts, slowMachine)
 	}
 	return opts
 }

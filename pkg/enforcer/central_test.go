@@ -26,6 +26,11 @@ func withMode(yaml, mode string, extra ...string) string {
 	return strings.Replace(yaml, "spec:\n", lines, 1)
 }
 
+// slowMachine is the deadline of a test's Redis calls when the test reads
+// what they wrote to Redis: past the default 50 ms, which a loaded machine
+// reaches, a call degrades the node to its share and writes nothing.
+var slowMachine = WithRedisTimeout(5 * time.Second)
+
 // centralEngine is an engine in central mode on srv, as node id.
 func centralEngine(t testing.TB, p *policy.Policy, c redis.UniversalClient, id string, opts ...Option) *Engine {
 	t.Helper()

@@ -31,7 +31,7 @@ kind: TenantQuota
 metadata: {name: a}
 spec: {tenant: a, keys: [{key: foo, limit: {rate: 5, period: 1m, algorithm: slidingWindow}}]}
 `)
-	e := centralEngine(t, p, srv.Client(), "n1")
+	e := centralEngine(t, p, srv.Client(), "n1", slowMachine)
 	for _, key := range []string{"foo", "foo:w", "foo:w", "foo:w", "foo"} {
 		if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x", APIKey: key}); err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func TestCentralExpiryFollowsTheLimit(t *testing.T) {
 	client := srv.Client()
 	fast := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000000, burst: 1000000}\n  tiers: [{name: t, weight: 1, tenant: {rate: 100, burst: 100}}]\n")
 	slow := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000000, burst: 1000000}\n  tiers: [{name: t, weight: 1, tenant: {rate: 1, burst: 100}}]\n")
-	e := centralEngine(t, fast, client, "n1")
+	e := centralEngine(t, fast, client, "n1", slowMachine)
 	now := time.Now()
 	if d := mustDecide(t, e, now, Request{Tenant: "a", Endpoint: "x", Units: 100}); !d.Allow {
 		t.Fatalf("draining decision denied: %+v", d)
@@ -80,7 +80,7 @@ func TestCentralNoRefillKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	p := policytest.Compile(t, withMode(planeHeader, "central")+"  global: {rate: 1000, burst: 1000}\n  tiers: [{name: t, weight: 1, key: {rate: 0, burst: 5}}]\n")
-	e := centralEngine(t, p, client, "n1")
+	e := centralEngine(t, p, client, "n1", slowMachine)
 	if _, err := e.Decide(context.Background(), Request{Tenant: "a", Endpoint: "x", APIKey: "random-1"}); err != nil {
 		t.Fatal(err)
 	}
