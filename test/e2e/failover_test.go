@@ -417,7 +417,12 @@ func failover(t *testing.T, bin, mode string) {
 	primary := redistest.Start(t)
 	replica := redistest.StartReplica(t, primary)
 	addr := redistest.Forward(t, primary.Addr)
-	nodes, procs := faultEnforcers(t, bin, 2, "failover-"+mode, faultPlane(t, mode, fmt.Sprintf("{rate: %d, burst: %d}", rate, burst)), mode, addr.Addr)
+	// A deadline of 500 ms (the soak's), not the default 50: a loaded
+	// machine's stall before the failover degraded a node, and the test
+	// took it for the failover's. READONLY and a moved address degrade
+	// as fast whatever the deadline.
+	nodes, procs := faultEnforcers(t, bin, 2, "failover-"+mode, faultPlane(t, mode, fmt.Sprintf("{rate: %d, burst: %d}", rate, burst)), mode, addr.Addr,
+		"-redis-timeout", "500ms")
 
 	// 800 requests a second, 200 of them the hot tenant's (4x its limit).
 	load := startLoad(loadConfig{workers: 8, hotEvery: 4, hotUnits: 1, route: func(n int) *enforcerNode { return nodes[n%2] }})
