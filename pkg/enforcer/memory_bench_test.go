@@ -50,13 +50,7 @@ spec: {endpoint: export, cost: 50, tiers: [{tier: free, limit: {rate: 100, burst
 //	QUOTAPLANE_MEMORY_TENANTS=1000000 go test -run '^$' -bench TenantMemory/one-key -benchtime 1x ./pkg/enforcer/
 func BenchmarkTenantMemory(b *testing.B) {
 	p := policytest.Compile(b, benchMemoryPlane)
-	n := 100_000
-	if v := os.Getenv("QUOTAPLANE_MEMORY_TENANTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("QUOTAPLANE_MEMORY_TENANTS=%q: want a number of tenants", v)
-		}
-	}
+	n := memoryTenants(b)
 	names, keys := make([]string, n), make([]string, n)
 	for i := range n {
 		names[i], keys[i] = sprintf("tenant-%07d", i), sprintf("key-%07d", i)
@@ -90,6 +84,20 @@ func BenchmarkTenantMemory(b *testing.B) {
 			b.ReportMetric(rss, "rss-MB")
 		})
 	}
+}
+
+// memoryTenants is how many tenants the memory and scale benchmarks make:
+// QUOTAPLANE_MEMORY_TENANTS, 100,000 by default.
+func memoryTenants(b *testing.B) int {
+	v := os.Getenv("QUOTAPLANE_MEMORY_TENANTS")
+	if v == "" {
+		return 100_000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("QUOTAPLANE_MEMORY_TENANTS=%q: want a number of tenants", v)
+	}
+	return n
 }
 
 // residentMB is the process's resident set in MB (VmRSS), 0 where
@@ -252,13 +260,7 @@ func BenchmarkReconcileBytes(b *testing.B) {
 //	go test -run '^$' -bench FairnessTick ./pkg/enforcer/
 func BenchmarkFairnessTick(b *testing.B) {
 	p := policytest.Compile(b, benchMemoryPlane)
-	large := 100_000
-	if v := os.Getenv("QUOTAPLANE_MEMORY_TENANTS"); v != "" {
-		var err error
-		if large, err = strconv.Atoi(v); err != nil || large < 1 {
-			b.Fatalf("QUOTAPLANE_MEMORY_TENANTS=%q: want a number of tenants", v)
-		}
-	}
+	large := memoryTenants(b)
 	for _, n := range []int{10_000, large} {
 		b.Run(sprintf("tenants=%d", n), func(b *testing.B) {
 			e := newEngine(b, p, WithMaxTenants(2*n), withFairnessInterval(time.Hour), WithIdleTTL(1000*time.Hour))
@@ -287,13 +289,7 @@ func BenchmarkFairnessTick(b *testing.B) {
 //	go test -run '^$' -bench SwapTenants ./pkg/enforcer/
 func BenchmarkSwapTenants(b *testing.B) {
 	p := policytest.Compile(b, benchMemoryPlane)
-	large := 100_000
-	if v := os.Getenv("QUOTAPLANE_MEMORY_TENANTS"); v != "" {
-		var err error
-		if large, err = strconv.Atoi(v); err != nil || large < 1 {
-			b.Fatalf("QUOTAPLANE_MEMORY_TENANTS=%q: want a number of tenants", v)
-		}
-	}
+	large := memoryTenants(b)
 	for _, n := range []int{10_000, large} {
 		b.Run(sprintf("tenants=%d", n), func(b *testing.B) {
 			e := newEngine(b, p, WithMaxTenants(2*n), WithMaxKeys(2*n), WithIdleTTL(1000*time.Hour))
