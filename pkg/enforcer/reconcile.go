@@ -129,15 +129,15 @@ type reconciler struct {
 // fleetDemand is what the last reconcile brought back of the fleet's
 // demand per tenant (tokens/s, for this node's busiest tenants), and when.
 //
-// spread is how many times a tenant's demand here its fleet-wide demand
-// is, the median over those busiest tenants (0: none to tell): about the
-// number of nodes when a balancer spreads each tenant over the fleet,
-// about 1 when it pins each tenant to a node. The fairness tick counts a
-// tenant the fleet did not report at its demand here times spread. (It
-// counted it times the node's factor to the whole plane, as if spread:
-// with tenants pinned to 10 nodes each small tenant was counted 10 times
-// over, its tier's level fell, and every tier left its fair share by
-// 15–40%: TestScaleSimPinned.)
+// spread is a tenant's fleet-wide demand over its demand here, the
+// median over those busiest tenants (0: none to tell): about the number
+// of nodes when a balancer spreads each tenant over the fleet, about 1
+// when it pins each tenant to a node. The fairness tick counts a tenant
+// the fleet did not report at its demand here times spread. (It counted
+// it times the node's factor to the whole plane, as if spread: with
+// tenants pinned to 10 nodes each small tenant was counted 10 times over,
+// and the tiers left their fair shares by 15–40%: TestScaleSim's pinned
+// fleet.)
 type fleetDemand struct {
 	byTenant map[string]float64
 	spread   float64

@@ -408,7 +408,7 @@ type registry struct {
 	shards [registryShards]registryShard
 
 	sortMu      sync.Mutex     // serialises appendAll's sorts, which share sortScratch
-	sortScratch []*tenantState // appendAll's radix sort's other buffer, nil between sorts
+	sortScratch []*tenantState // appendAll's radix sort's other buffer, cleared between sorts
 }
 
 const registryShards = 64
