@@ -86,9 +86,12 @@ type centralCall struct {
 	// (central_fair.go); aboveShare says its fleet demand is above it.
 	share      shareLevel
 	aboveShare bool
-	reply      [lua.DecideReplyFields]int64
-	at         int64 // µs: the time the script decided at (its reply's first value)
-	err        error
+	// timer is submit's deadline, kept with the call (stopped between
+	// uses): a timer made per decision was two of its allocations.
+	timer *time.Timer
+	reply [lua.DecideReplyFields]int64
+	at    int64 // µs: the time the script decided at (its reply's first value)
+	err   error
 	// members are the calls that go to Redis as one: the call itself (one
 	// holds it), or a group's calls (DecideAll), this one first, which
 	// the script decides all or nothing. The first call stands for all:
@@ -383,7 +386,8 @@ func (b *central) submit(ctx context.Context, c *centralCall) (queued bool, err 
 	if b.breaker.blocked(b.e.clock()) {
 		return false, errRedisUnavailable // fail fast: no trip through the queue
 	}
-	timer := time.NewTimer(b.e.settings.redisTimeout)
+	timer := c.timer
+	timer.Reset(b.e.settings.redisTimeout)
 	defer timer.Stop()
 	select {
 	case b.batches <- c:
@@ -413,7 +417,8 @@ func (b *central) submit(ctx context.Context, c *centralCall) (queued bool, err 
 // otherwise allocates a channel, the costliest of its allocations). A call
 // goes back only when no worker holds it any more.
 var callPool = sync.Pool{New: func() any {
-	c := &centralCall{done: make(chan struct{}, 1)}
+	c := &centralCall{done: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+	c.timer.Stop()
 	c.one[0] = c
 	c.members = c.one[:]
 	return c
