@@ -114,11 +114,26 @@ const (
 // ValidName reports whether s can name a tenant, an api key or an endpoint:
 // 1 to MaxNameBytes printable ASCII characters without spaces, what a
 // gateway can send in a header and a URL path.
+//
+// Every decision validates its tenant and api key, 30 to 60 bytes each in
+// the wild (UUIDs, "sk-live-…"), so it checks eight bytes at a time: a
+// byte below 0x21 borrows into its high bit when 0x21 is subtracted from
+// it, and one above 0x7e carries into it when 1 is added (or has it set
+// already); each test is exact for "some byte of the word".
 func ValidName(s string) bool {
 	if len(s) == 0 || len(s) > MaxNameBytes {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if (w-0x21*ones)&^w&highs != 0 || (w+ones|w)&highs != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
 		if s[i] < 0x21 || s[i] > 0x7e {
 			return false
 		}
