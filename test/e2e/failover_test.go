@@ -251,6 +251,15 @@ func (l *loadRun) count(m map[string]int, key string) {
 // since is the time since the load began.
 func (l *loadRun) since() time.Duration { return time.Since(l.begin) }
 
+// at waits until d after the load began: a test's faults on a schedule of
+// the load's own clock, so that a step that took long does not push the
+// later ones back.
+func (l *loadRun) at(d time.Duration) {
+	timer := time.NewTimer(time.Until(l.begin.Add(d)))
+	defer timer.Stop()
+	<-timer.C
+}
+
 // stop stops the load and waits for its last answers.
 func (l *loadRun) stop() {
 	close(l.stopc)
@@ -428,19 +437,20 @@ func failover(t *testing.T, bin, mode string) {
 	load := startLoad(loadConfig{workers: 8, hotEvery: 4, hotUnits: 1, route: func(n int) *enforcerNode { return nodes[n%2] }})
 	watch := watchDegraded(t, load.begin, nodes)
 	logged := logLines(procs)
-	time.Sleep(steady + time.Second)
+	promoteAt := steady + time.Second
+	load.at(promoteAt)
 
 	scriptsBefore := primary.InfoCount("commandstats", "cmdstat_evalsha")
 	replica.Promote()
 	promoted := load.since()
-	time.Sleep(splitBrain)
+	load.at(promoteAt + splitBrain)
 	lost := primary.InfoCount("commandstats", "cmdstat_evalsha") - scriptsBefore
 	primary.ReplicaOf(replica)
 	demoted := load.since()
-	time.Sleep(readOnly)
+	load.at(promoteAt + splitBrain + readOnly)
 	addr.MoveTo(replica.Addr)
 	moved := load.since()
-	time.Sleep(steady + 2*time.Second)
+	load.at(moved + steady + 2*time.Second)
 	load.stop()
 	watch.stop()
 
@@ -545,7 +555,7 @@ func killReconciled(t *testing.T, bin string) {
 		return nodes[n%int(live.Load())]
 	}})
 	logged := logLines(procs)
-	time.Sleep(steady + 3*time.Second)
+	load.at(steady + 3*time.Second)
 	for _, e := range nodes[:2] {
 		if n := fleetNodes(t, e); n != 3 {
 			t.Fatalf("%s counts %d nodes before the kill; want 3", e.id, n)
@@ -566,7 +576,7 @@ func killReconciled(t *testing.T, bin string) {
 		return fleetNodes(t, nodes[0]) == 2 && fleetNodes(t, nodes[1]) == 2
 	})
 	countedOut := load.since() - killed
-	time.Sleep(steady + 4*time.Second - countedOut)
+	load.at(killed + steady + 4*time.Second)
 	load.stop()
 	unreconciled := load.hotAfter(nodes[2], time.UnixMicro(lastPush))
 	logRate(t, procs[:2], logged[:2], load.since())
@@ -837,7 +847,10 @@ func TestHandoverUnderEdits(t *testing.T) {
 	tq := &v1alpha1.TenantQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "globex"}}
 	var killed time.Time
 	var versionAtKill int64
+	edit := time.NewTicker(50 * time.Millisecond)
+	defer edit.Stop()
 	for i := range 60 {
+		<-edit.C
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(tq), tq); err != nil {
 				return err
@@ -859,7 +872,6 @@ func TestHandoverUnderEdits(t *testing.T) {
 			}
 			mu.Unlock()
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	edited := time.Now()
 

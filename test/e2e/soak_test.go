@@ -152,7 +152,7 @@ func TestSoak(t *testing.T) {
 				return f.nodes[n%2]
 			}})
 	}
-	begin := fleets[0].load.begin
+	clock := fleets[0].load // the schedule's times are after its start
 
 	// The schedule, in one loop: edits, Redis restarts (read first), and
 	// enforcer restarts half a Redis period after a Redis restart.
@@ -167,10 +167,10 @@ func TestSoak(t *testing.T) {
 	for edits := 0; ; {
 		next := min(nextEdit, nextRedis, nextEnforcer)
 		if next > soak-time.Second { // nothing in the last second: the last quiet span ends the soak
-			time.Sleep(time.Until(begin.Add(soak)))
+			clock.at(soak)
 			break
 		}
-		time.Sleep(time.Until(begin.Add(next)))
+		clock.at(next)
 		switch next {
 		case nextEdit:
 			edits++
@@ -181,20 +181,20 @@ func TestSoak(t *testing.T) {
 		case nextRedis:
 			reading := read(t, r, targets)
 			readings = append(readings, reading)
-			t.Logf("%s: %s", time.Since(begin).Round(time.Second), reading)
+			t.Logf("%s: %s", clock.since().Round(time.Second), reading)
 			if profiles != "" && len(readings) == 1 {
 				saveProfiles(t, profiles, "first", targets)
 			}
-			from := time.Since(begin)
+			from := clock.since()
 			r.Restart()
-			events = append(events, span{from, time.Since(begin)})
+			events = append(events, span{from, clock.since()})
 			nextRedis += redisEvery
 		case nextEnforcer:
-			from := time.Since(begin)
+			from := clock.since()
 			for _, f := range fleets {
 				f.restart(t, bins["enforcer"], redisEnv)
 			}
-			events = append(events, span{from, time.Since(begin)})
+			events = append(events, span{from, clock.since()})
 			nextEnforcer += enforcerEvery
 		}
 	}
