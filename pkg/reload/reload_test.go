@@ -75,6 +75,21 @@ func admits(t *testing.T, e *enforcer.Engine, tenant string, n int) int {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// watchStore runs an engine on first whose loader watches s until ctx
+// ends; it returns the engine, the loader, its load counts and its log.
+func watchStore(ctx context.Context, t *testing.T, s *store.Store, first *policy.Policy) (*enforcer.Engine, *Loader, *prometheus.CounterVec, *syncBuffer) {
+	t.Helper()
+	e, err := enforcer.New(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	loads, logs := newLoads(), new(syncBuffer)
+	l := New(e, policy.Overrides{}, loads, slog.New(slog.NewTextHandler(logs, nil)), first)
+	go func() { _ = l.WatchStore(ctx, s) }()
+	return e, l, loads, logs
+}
+
 // watchDir starts an engine on dir's policy (version 1, with o) and a
 // loader watching dir, polling every interval, until the test ends.
 func watchDir(t *testing.T, dir string, o policy.Overrides, every time.Duration) (*enforcer.Engine, *prometheus.CounterVec) {
@@ -176,14 +191,7 @@ func TestWatchStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := enforcer.New(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	loads := newLoads()
-	l := New(e, policy.Overrides{}, loads, quiet, first)
-	go func() { _ = l.WatchStore(ctx, s) }()
+	e, l, loads, _ := watchStore(ctx, t, s, first)
 
 	if _, _, err := s.Publish(ctx, compile(9)); err != nil {
 		t.Fatal(err)
@@ -334,15 +342,7 @@ func TestWatchStoreSigned(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a signed version: %v", err)
 	}
-	e, err := enforcer.New(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	loads := newLoads()
-	var logs syncBuffer
-	l := New(e, policy.Overrides{}, loads, slog.New(slog.NewTextHandler(&logs, nil)), first)
-	go func() { _ = l.WatchStore(ctx, follower) }()
+	e, _, loads, logs := watchStore(ctx, t, follower, first)
 
 	if _, _, err := manager.Publish(ctx, compile(7)); err != nil {
 		t.Fatal(err)
@@ -424,15 +424,7 @@ func TestWatchStoreRefusesReplay(t *testing.T) {
 	if err := rdb.HSet(ctx, store.PolicyKey(id), "current", 1, "hash", old.Hash()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	e, err := enforcer.New(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	loads := newLoads()
-	var logs syncBuffer
-	l := New(e, policy.Overrides{}, loads, slog.New(slog.NewTextHandler(&logs, nil)), first)
-	go func() { _ = l.WatchStore(ctx, follower) }()
+	e, _, loads, logs := watchStore(ctx, t, follower, first)
 
 	waitCount(t, loads, "unverified", 1)
 	if v := e.Policy().Version(); v != 2 {
