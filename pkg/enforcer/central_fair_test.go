@@ -26,7 +26,7 @@ func centralFleet(t *testing.T, srv *redistest.Server, yaml string, n int, opts 
 	p := policytest.Compile(t, withMode(yaml, "central"))
 	var engines []*Engine
 	for i := range n {
-		engines = append(engines, centralEngine(t, p, srv.Client(), sprintf("node%d", i), append([]Option{WithRedisTimeout(5 * time.Second)}, opts...)...))
+		engines = append(engines, centralEngine(t, p, srv.Client(), sprintf("node%d", i), append([]Option{slowMachine}, opts...)...))
 	}
 	return engines
 }

@@ -26,8 +26,9 @@ func withMode(yaml, mode string, extra ...string) string {
 	return strings.Replace(yaml, "spec:\n", lines, 1)
 }
 
-// slowMachine is the deadline of a test's Redis calls when the test reads
-// what they wrote to Redis: past the default 50 ms, which a loaded machine
+// slowMachine is the deadline of a test's Redis calls when the test counts
+// on Redis deciding (it reads what the calls wrote, compares decisions, or
+// measures the fleet's): past the default 50 ms, which a loaded machine
 // reaches, a call degrades the node to its share and writes nothing.
 var slowMachine = WithRedisTimeout(5 * time.Second)
 
@@ -73,7 +74,7 @@ spec: {endpoint: read, cost: 1}
 func decideConcurrently(t *testing.T, p *policy.Policy, clients []redis.UniversalClient, n int, request func(g int) Request) int64 {
 	var engines []*Engine
 	for i, c := range clients {
-		engines = append(engines, centralEngine(t, p, c, sprintf("node%d", i), WithRedisTimeout(5*time.Second)))
+		engines = append(engines, centralEngine(t, p, c, sprintf("node%d", i), slowMachine))
 	}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup

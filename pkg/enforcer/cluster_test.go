@@ -104,7 +104,7 @@ kind: EndpointQuota
 metadata: {name: write}
 spec: {endpoint: write, cost: 7}
 `
-		e := centralEngine(t, policytest.Compile(t, yaml), cluster.Client(t), "n0", WithRedisTimeout(5*time.Second))
+		e := centralEngine(t, policytest.Compile(t, yaml), cluster.Client(t), "n0", slowMachine)
 		// Two tenants in different shards: the group's parts are two calls.
 		shard := func(name string) int { s, _ := e.central.shards.shardOf(3, name, &policy.Tenant{}, ""); return s }
 		x, y := "t0", "t1"
@@ -126,7 +126,7 @@ spec: {endpoint: write, cost: 7}
 		// Groups and single decisions race over the shards: every tenant's
 		// bucket ends exactly at what was admitted through it.
 		flush()
-		e = centralEngine(t, policytest.Compile(t, yaml), cluster.Client(t), "n1", WithRedisTimeout(5*time.Second))
+		e = centralEngine(t, policytest.Compile(t, yaml), cluster.Client(t), "n1", slowMachine)
 		if err := concurrentGroups(t, e, false, 0); err != nil {
 			t.Fatal(err)
 		}

@@ -164,7 +164,7 @@ func BenchmarkRedisMemory(b *testing.B) {
 				if err := c.FlushAll(ctx).Err(); err != nil {
 					b.Fatal(err)
 				}
-				e := newEngine(b, p, WithRedis(c), WithNodeID("mem"), WithMaxTenants(2*n), WithMaxKeys(2*n), WithRedisTimeout(5*time.Second))
+				e := newEngine(b, p, WithRedis(c), WithNodeID("mem"), WithMaxTenants(2*n), WithMaxKeys(2*n), slowMachine)
 				before, beforeKeys := used(), c.DBSize(ctx).Val()
 				for i := range n {
 					r := Request{Tenant: sprintf("tenant-%07d", i), Endpoint: "export", APIKey: sprintf("key-%07d", i)}
