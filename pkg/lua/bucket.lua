@@ -19,6 +19,11 @@
 -- nothing; one of rate 0 never refills and expires a week after its last
 -- write. A sliding window is a list of "at:cost" entries, oldest first.
 
+-- The library functions the scripts call per level, as locals: a global's
+-- field is two table lookups a call.
+local min, max, floor, ceil = math.min, math.max, math.floor, math.ceil
+local spack, sunpack, call = struct.pack, struct.unpack, redis.call
+
 local BUCKET_FORMAT = '<i8i8i8i8'
 -- a bucket of a limit that never refills (rate 0) expires after a week
 -- without a debit: state for holders requests name must not live forever
@@ -29,7 +34,7 @@ local NO_REFILL_TTL_MS = 7 * 24 * 3600 * 1000
 local function clock(arg)
   local now = tonumber(arg)
   if now == 0 then
-    local t = redis.call('TIME')
+    local t = call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   return now
@@ -38,7 +43,7 @@ end
 -- floor(a / b) for integers up to 2^53, b > 0, exactly: the float quotient
 -- is off by at most one.
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -53,11 +58,11 @@ end
 -- another rate or period; nil when v holds no bucket.
 local function read_bucket(v, rate, burst, per, top)
   if not v or #v ~= 32 then return nil end
-  local l, last, p, r = struct.unpack(BUCKET_FORMAT, v)
+  local l, last, p, r = sunpack(BUCKET_FORMAT, v)
   if p ~= per then -- the period changed: rescale the tokens
-    if l >= burst * p then l = burst * per else l = math.floor(l * per / p) end
+    if l >= burst * p then l = burst * per else l = floor(l * per / p) end
   end
-  return math.min(l, top), last, p ~= per or r ~= rate
+  return min(l, top), last, p ~= per or r ~= rate
 end
 
 -- px_text holds the PX arguments this call formatted, by ms. Redis turns a
@@ -73,20 +78,20 @@ local px_text = {}
 -- in virtual time).
 local function write_bucket(key, level, last, rate, per, full, linger, least)
   local ms = NO_REFILL_TTL_MS
-  if rate > 0 then ms = math.max(math.ceil((full - level) / rate / 1000) + linger, least or 0) end
+  if rate > 0 then ms = max(ceil((full - level) / rate / 1000) + linger, least or 0) end
   local px = px_text[ms]
   if not px then
     px = string.format('%d', ms)
     px_text[ms] = px
   end
-  redis.call('SET', key, struct.pack(BUCKET_FORMAT, level, last, per, rate), 'PX', px)
+  call('SET', key, spack(BUCKET_FORMAT, level, last, per, rate), 'PX', px)
 end
 
 -- read_window returns a window's entries, oldest first: their times and
 -- costs, and the sum of the costs.
 local function read_window(key)
   local at, cost, sum = {}, {}, 0
-  for j, item in ipairs(redis.call('LRANGE', key, 0, -1)) do
+  for j, item in ipairs(call('LRANGE', key, 0, -1)) do
     local a, c = string.match(item, '^(%d+):(%d+)$')
     at[j], cost[j] = tonumber(a), tonumber(c)
     sum = sum + cost[j]

@@ -120,7 +120,7 @@ local function settle(s)
       if elapsed >= s[FILL] then
         s[LEVEL] = s[CAP]
       else
-        s[LEVEL] = math.min(s[LEVEL] + elapsed * s[RATE], s[CAP])
+        s[LEVEL] = min(s[LEVEL] + elapsed * s[RATE], s[CAP])
       end
     end
     return
@@ -141,12 +141,12 @@ local function level(i, cost)
   if i == 0 then return nil end
   local s = states[i]
   if s then return s end
-  local alg, rate, burst, per = struct.unpack(unpack4, limits, 32 * (i - 1) + 1)
+  local alg, rate, burst, per = sunpack(unpack4, limits, 32 * (i - 1) + 1)
   if alg == 1 or alg == 3 then
     local cap = burst * per
-    s = {true, cap, now, rate, burst, per, cap, 1 / per, (rate > 0) and math.ceil(cap / rate) or INF, false}
-    if alg == 3 then s[SHARE], s[LEVEL] = true, math.min(cost or 0, burst) * per end
-    local l, last, rewrite = read_bucket(redis.call('GET', KEYS[i]), rate, burst, per, cap)
+    s = {true, cap, now, rate, burst, per, cap, 1 / per, (rate > 0) and ceil(cap / rate) or INF, false}
+    if alg == 3 then s[SHARE], s[LEVEL] = true, min(cost or 0, burst) * per end
+    local l, last, rewrite = read_bucket(call('GET', KEYS[i]), rate, burst, per, cap)
     if l then s[LEVEL], s[LAST], s[DIRTY] = l, last, rewrite end
   elseif alg == 2 then
     local at, costs, sum = read_window(KEYS[i])
@@ -160,7 +160,7 @@ local function level(i, cost)
 end
 
 local function covers(s, cost)
-  if s[SHARE] then return math.min(cost, s[BURST]) * s[PER] <= s[LEVEL] end
+  if s[SHARE] then return min(cost, s[BURST]) * s[PER] <= s[LEVEL] end
   if s[BUCKET] then return cost <= s[BURST] and cost * s[PER] <= s[LEVEL] end
   return s[SUM] + cost <= s[WRATE]
 end
@@ -184,7 +184,7 @@ local function take(s, cost)
 end
 
 local function remaining(s)
-  if not s[BUCKET] then return math.max(s[WRATE] - s[SUM], 0) end
+  if not s[BUCKET] then return max(s[WRATE] - s[SUM], 0) end
   local l = s[LEVEL]
   if l <= 0 then return -idiv(-l + s[PER] - 1, s[PER]) end
   return idiv(l, s[PER])
@@ -192,7 +192,7 @@ end
 
 local function estimate(s)
   if s[BUCKET] then return s[LEVEL] * s[INV] end
-  return math.max(s[WRATE] - s[SUM], 0)
+  return max(s[WRATE] - s[SUM], 0)
 end
 
 -- the tokens s would hold at time at, without changing it
@@ -205,13 +205,13 @@ local function remaining_at(s, at)
     now = saved
     return remaining(c)
   end
-  local t = math.max(at, s[LATEST]) - s[WPER]
+  local t = max(at, s[LATEST]) - s[WPER]
   local sum, times, costs = s[SUM], s[AT], s[COST]
   for i = s[HEAD], #times do
     if times[i] > t then break end
     sum = sum - costs[i]
   end
-  return math.max(s[WRATE] - sum, 0)
+  return max(s[WRATE] - sum, 0)
 end
 
 -- µs until a bucket holds need token·µs
@@ -219,17 +219,17 @@ local function bucket_wait(s, need)
   need = need - s[LEVEL]
   if need <= 0 then return 1 end
   if s[RATE] == 0 then return INF end
-  return math.max(idiv(need + s[RATE] - 1, s[RATE]) + math.max(s[LAST] - now, 0), 1)
+  return max(idiv(need + s[RATE] - 1, s[RATE]) + max(s[LAST] - now, 0), 1)
 end
 
 local function retry_after(s, cost)
   if never(s, cost) then return INF end
-  if s[SHARE] then return bucket_wait(s, math.min(cost, s[BURST]) * s[PER]) end
+  if s[SHARE] then return bucket_wait(s, min(cost, s[BURST]) * s[PER]) end
   if s[BUCKET] then return bucket_wait(s, cost * s[PER]) end
   local excess, times, costs = s[SUM] + cost - s[WRATE], s[AT], s[COST]
   for i = s[HEAD], #times do
     excess = excess - costs[i]
-    if excess <= 0 then return math.max(times[i] + s[WPER] - now, 1) end
+    if excess <= 0 then return max(times[i] + s[WPER] - now, 1) end
   end
   return 1
 end
@@ -243,11 +243,11 @@ local function borrow_wait(own, allowance, pool, cost, own_wait)
     local short = cost - remaining_at(own, at)
     return short <= 0 or (remaining_at(allowance, at) >= short and remaining_at(pool, at) >= short)
   end
-  local hi = math.min(own_wait, HOUR)
+  local hi = min(own_wait, HOUR)
   if not passes(hi) then return own_wait end
   local lo = 0
   while hi - lo > 1 do
-    local mid = lo + math.floor((hi - lo) / 2)
+    local mid = lo + floor((hi - lo) / 2)
     if passes(mid) then hi = mid else lo = mid end
   end
   return hi
@@ -295,7 +295,7 @@ local o = 1
 local offered = 0
 local group, group_ok = 0, true
 for pos = 1, #requests, 72 do
-  local cost, reserve, may_borrow, ti, ai, ei, ki, grp, si = struct.unpack(unpack_request, requests, pos)
+  local cost, reserve, may_borrow, ti, ai, ei, ki, grp, si = sunpack(unpack_request, requests, pos)
   if grp ~= group then -- the previous group ends, another begins
     if saved and not group_ok then restore() end
     group, group_ok, saved = grp, true, nil
@@ -313,7 +313,7 @@ for pos = 1, #requests, 72 do
     if not covers(tl, cost) then
       lower, lower_s, reason = 2, tl, 3
       if may_borrow == 1 and pool and not never(tl, cost) then
-        local short = math.max(cost - remaining(tl), 0)
+        local short = max(cost - remaining(tl), 0)
         allowance = use(ai)
         if covers(allowance, short) then
           lower, borrow = 0, short
@@ -403,8 +403,8 @@ end
 if saved and not group_ok then restore() end
 
 if ARGV[4] == '1' then
-  redis.call('INCRBY', KEYS[3], string.format('%d', offered))
-  redis.call('PEXPIRE', KEYS[3], 86400000)
+  call('INCRBY', KEYS[3], string.format('%d', offered))
+  call('PEXPIRE', KEYS[3], 86400000)
 end
 
 -- Write back what changed, once per key.
@@ -414,11 +414,11 @@ for i, s in pairs(states) do
       write_bucket(KEYS[i], s[LEVEL], s[LAST], s[RATE], s[PER], s[CAP], s[SHARE] and SHARE_LINGER_MS or 1000)
     else
       local at, cost = s[AT], s[COST]
-      if s[HEAD] > 1 then redis.call('LTRIM', KEYS[i], s[HEAD] - 1, -1) end
+      if s[HEAD] > 1 then call('LTRIM', KEYS[i], s[HEAD] - 1, -1) end
       for j = s[LOADED] + 1, #at do
-        redis.call('RPUSH', KEYS[i], string.format('%d:%d', at[j], cost[j]))
+        call('RPUSH', KEYS[i], string.format('%d:%d', at[j], cost[j]))
       end
-      redis.call('PEXPIRE', KEYS[i], string.format('%d', math.ceil(s[WPER] / 1000) + 1000))
+      call('PEXPIRE', KEYS[i], string.format('%d', ceil(s[WPER] / 1000) + 1000))
     end
   end
 end
