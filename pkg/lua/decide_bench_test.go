@@ -14,31 +14,38 @@ import (
 )
 
 // BenchmarkDecideScript measures decide.lua's Redis CPU per decision for
-// batches of n requests that share their tenant, key and endpoint ("same")
-// or share nothing but the global bucket ("distinct"): the two ends of how
-// much a batch coalesces. redis-µs/decision is EVALSHA's time in INFO
-// commandstats, which is wall time and grows when the machine is busy and
-// Redis waits for a core; redis-cpu-µs/decision is the CPU the Redis
-// process used meanwhile (INFO cpu), which does not, and counts reading
-// and parsing the calls and writing the replies too.
+// batches of n requests that share their tenant, key and endpoint ("same"),
+// that share nothing but the global bucket with holders new every call
+// ("distinct": every bucket a new key, as with a million tenants) or with
+// holders drawn again from 1,024 ("reused": as 1,000 busy tenants, whose
+// buckets exist when a batch reads them): the ends of how much a batch
+// coalesces and of how much Redis creates and expires. redis-µs/decision is
+// EVALSHA's time in INFO commandstats, which is wall time and grows when
+// the machine is busy and Redis waits for a core; redis-cpu-µs/decision is
+// the CPU the Redis process used meanwhile (INFO cpu), which does not, and
+// counts reading and parsing the calls, writing the replies and expiring
+// the keys too.
 //
 //	make bench PKGS=./pkg/lua BENCH=DecideScript
 func BenchmarkDecideScript(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client()
 	ctx := context.Background()
-	for _, shape := range []string{"same", "distinct"} {
+	for _, shape := range []string{"same", "distinct", "reused"} {
 		for _, n := range []int{1, 16, 128} {
 			b.Run(fmt.Sprintf("%s/n=%d", shape, n), func(b *testing.B) {
 				c.FlushDB(ctx)
 				c.ConfigResetStat(ctx)
 				cpu := srv.CPUMicros()
 				b.ReportAllocs()
-				keys, args := decideCall(n, shape == "distinct", 0)
+				keys, args := decideCall(n, shape != "same", 0)
 				calls := 0
 				for ; b.Loop(); calls++ {
-					if shape == "distinct" { // fresh holders every call
+					switch shape {
+					case "distinct":
 						keys, args = decideCall(n, true, calls)
+					case "reused":
+						keys, args = decideCall(n, true, calls%(1024/n))
 					}
 					if err := Decide.Run(ctx, c, keys, args...).Err(); err != nil {
 						b.Fatal(err)
@@ -52,13 +59,15 @@ func BenchmarkDecideScript(b *testing.B) {
 }
 
 // BenchmarkDecideFloor measures the Redis CPU per decision of the commands
-// alone that a batch of 128 distinct holders (BenchmarkDecideScript's
-// distinct/n=128, the same KEYS and ARGV) costs in each layout of the
-// levels' state, without any of decide.lua's arithmetic: a floor under
-// what the script can cost. key-per-level is today's layout: a GET and a
-// SET PX of each of the request's tenant, endpoint and key buckets;
-// hash-per-tenant keeps a tenant's buckets in one hash (HMGET, HSET of the
-// three, PEXPIRE); string-per-tenant in one string (GET, SET PX).
+// alone that a batch of 128 holders (BenchmarkDecideScript's distinct and
+// reused shapes at n=128, the same KEYS and ARGV) costs in each layout of
+// the levels' state, without any of decide.lua's arithmetic: a floor under
+// what the script can cost. call is the script call alone (reading the
+// call, making KEYS and ARGV, the reply); key-per-level is today's layout:
+// a GET and a SET PX of each of the request's tenant, endpoint and key
+// buckets; hash-per-tenant keeps a tenant's buckets in one hash (HMGET,
+// HSET of the three, PEXPIRE); string-per-tenant in one string (GET, SET
+// PX).
 //
 //	go test -run '^$' -bench DecideFloor ./pkg/lua/
 func BenchmarkDecideFloor(b *testing.B) {
@@ -67,6 +76,7 @@ func BenchmarkDecideFloor(b *testing.B) {
 	ctx := context.Background()
 	// KEYS from 4 on: per request its tenant, allowance, endpoint and key
 	for _, layout := range []struct{ name, src string }{
+		{"call", `return #KEYS`},
 		{"key-per-level", `local v = string.rep('b', 32)
 for i = 4, #KEYS, 4 do
   for j = 0, 3 do if j ~= 1 then redis.call('GET', KEYS[i + j]) end end
@@ -84,22 +94,28 @@ for i = 4, #KEYS, 4 do
   redis.call('SET', KEYS[i], v, 'PX', '1001')
 end`},
 	} {
-		b.Run(layout.name, func(b *testing.B) {
-			sha, err := c.ScriptLoad(ctx, layout.src).Result()
-			if err != nil {
-				b.Fatal(err)
-			}
-			c.FlushDB(ctx)
-			cpu := srv.CPUMicros()
-			calls := 0
-			for ; b.Loop(); calls++ {
-				keys, args := decideCall(128, true, calls)
-				if err := c.EvalSha(ctx, sha, keys, args...).Err(); err != nil && err != redis.Nil {
-					b.Fatal(err)
+		sha, err := c.ScriptLoad(ctx, layout.src).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, holders := range []string{"distinct", "reused"} {
+			b.Run(layout.name+"/"+holders, func(b *testing.B) {
+				c.FlushDB(ctx)
+				cpu := srv.CPUMicros()
+				calls := 0
+				for ; b.Loop(); calls++ {
+					call := calls
+					if holders == "reused" {
+						call %= 1024 / 128
+					}
+					keys, args := decideCall(128, true, call)
+					if err := c.EvalSha(ctx, sha, keys, args...).Err(); err != nil && err != redis.Nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.ReportMetric((srv.CPUMicros()-cpu)/float64(calls*128), "redis-cpu-µs/decision")
-		})
+				b.ReportMetric((srv.CPUMicros()-cpu)/float64(calls*128), "redis-cpu-µs/decision")
+			})
+		}
 	}
 }
 
