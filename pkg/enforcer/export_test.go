@@ -11,3 +11,7 @@ func (e *Engine) StepReconcile() { e.stepReconcile() }
 
 // ProcStatusMB is procStatusMB (memory_bench_test.go).
 var ProcStatusMB = procStatusMB
+
+// Reshares is how many times the engine installed a new share of the plane
+// (local-reconciled; each moves every tenant's state).
+func (e *Engine) Reshares() int64 { return e.reconciler.stats.reshares.Load() }

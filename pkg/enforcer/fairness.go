@@ -95,6 +95,12 @@ func (t *tierTail) fold(tiers int, seconds float64, window time.Duration) iter.S
 		}
 	}
 	t.offered = [policy.MaxTiers]int64{}
+	return t.demands(tiers)
+}
+
+// demands yields each tier rank's demand that is above zero, tokens/s, as
+// of the last fold.
+func (t *tierTail) demands(tiers int) iter.Seq2[int, float64] {
 	return func(yield func(int, float64) bool) {
 		for k := range tiers {
 			if demand := t.average[k] / t.weight; demand > 0 && !yield(k, demand) {

@@ -9,7 +9,8 @@
 -- KEYS[2]  the plane's node set (heartbeat.lua's format)
 -- KEYS[3]  the reconcile hash, per node: "s:<node>" its last applied push,
 --          "d:<node>" its demand, "r:<node>" its admission rate (tokens
---          per second) and "t:<node>" the time of its last push (µs)
+--          per second), "t:<node>" the time of its last push (µs) and
+--          "c:<node>" its claim curves (ARGV[13])
 -- KEYS[4]  this node's tenant demands: a hash, tenant → tokens/s. The
 --          other live nodes' are read too, by the same name with their ids
 --          (in the same slot: one hash tag; not declared, since which nodes
@@ -49,7 +50,11 @@
 --          time, which does not pass at Redis's pace: the keys' expiries,
 --          in Redis's real time, are then at least an hour, and liveness
 --          and the freshness of demand reports follow the given time alone.
--- ARGV[13..] triples of tenant name, the node's demand for it (tokens/s)
+-- ARGV[13] the node's claim curves (pkg/enforcer claim.go): what its
+--          tenants of each tier claim at each of 64 water levels, 64
+--          little-endian float64 (tokens/s) per tier in rank order, or
+--          empty for none (a plane without fairness)
+-- ARGV[14..] triples of tenant name, the node's demand for it (tokens/s)
 --          and its fairness weight: the node's busiest tenants
 -- KEYS[5..] the lower-level buckets of ARGV[11], named as decide.lua names
 --          them (a mode change keeps their state); each has a demand
@@ -62,10 +67,11 @@
 -- (their rate × the time since; may be negative: the fleet owes tokens);
 -- the live nodes' total demand, tokens/s (nodes that have not measured
 -- theirs count as the average of those that have); the live nodes; for
--- each tenant of ARGV[11..], in order, the live nodes' total demand; the
--- water level of the fleet's weighted max-min share of the global rate
--- among every tenant the live nodes pushed (tokens/s per unit of weight,
--- as a decimal string; "-1" when their demand fits); for each bucket of
+-- each tenant of ARGV[14..], in order, the live nodes' total demand; the
+-- fleet's claim curves: the live nodes' curves of ARGV[13]'s shape summed
+-- (a node that pushed none, or curves of another number of tiers, counts
+-- as its demand at every level of the last tier), in ARGV[13]'s format,
+-- or false when this node pushed none; for each bucket of
 -- KEYS[5..], in order, its level as of now in token·µs (0 for a window)
 -- and the fleet's demand on it in thousandths of a token per second}.
 --
@@ -73,8 +79,9 @@
 -- records the node's push, rate, demand and liveness, forgets nodes whose
 -- liveness expired, and sets expiries on everything it writes.
 --
--- Complexity: O(T log T + B + expired nodes), T the tenants all live nodes
--- pushed (at most 128 each), B the buckets of this push.
+-- Complexity: O(T + 64 K N + B + expired nodes), T the tenants all live
+-- nodes pushed (at most 128 each), K the tiers, N the live nodes, B the
+-- buckets of this push.
 
 local node, seq, tokens, admit_rate, demand, ttl =
   ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -92,7 +99,7 @@ local rate, burst, per = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 -- liveness: record this node, forget the expired ones
 redis.call('ZADD', KEYS[2], now_ms + ttl, node)
 for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms)) do
-  redis.call('HDEL', KEYS[3], 's:' .. dead, 'd:' .. dead, 'r:' .. dead, 't:' .. dead)
+  redis.call('HDEL', KEYS[3], 's:' .. dead, 'd:' .. dead, 'r:' .. dead, 't:' .. dead, 'c:' .. dead)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
 redis.call('PEXPIRE', KEYS[2], math.max(ttl, hold))
@@ -129,24 +136,55 @@ if demand >= 0 then
 else
   redis.call('HDEL', KEYS[3], 'd:' .. node)
 end
+local POINTS = 64
+local CURVE = '<' .. string.rep('d', POINTS)
+local curves = #ARGV[13] / (8 * POINTS) -- tiers, each a curve of POINTS
+if curves >= 1 and curves == math.floor(curves) then
+  redis.call('HSET', KEYS[3], 'c:' .. node, ARGV[13])
+else
+  curves = 0
+  redis.call('HDEL', KEYS[3], 'c:' .. node)
+end
 
 local live = redis.call('ZRANGE', KEYS[2], 0, -1)
 local fleet, known, unpushed = 0, 0, 0
+local curve, flat = {}, 0 -- the curves summed; the demand of nodes without them
+for i = 1, curves * POINTS do curve[i] = 0 end
 for _, n in ipairs(live) do
-  local f = redis.call('HMGET', KEYS[3], 'd:' .. n, 'r:' .. n, 't:' .. n)
+  local f = redis.call('HMGET', KEYS[3], 'd:' .. n, 'r:' .. n, 't:' .. n, 'c:' .. n)
   if f[1] then
     fleet, known = fleet + tonumber(f[1]), known + 1
   end
   if n ~= node and f[2] and f[3] then
     unpushed = unpushed + tonumber(f[2]) * math.max(now - tonumber(f[3]), 0) / 1000000
   end
+  if curves > 0 and f[4] and #f[4] == #ARGV[13] then
+    for k = 0, curves - 1 do
+      local c = {struct.unpack(CURVE, f[4], 8 * POINTS * k + 1)}
+      for g = 1, POINTS do curve[POINTS * k + g] = curve[POINTS * k + g] + c[g] end
+    end
+  elseif f[1] then
+    flat = flat + tonumber(f[1])
+  end
 end
 if known > 0 then fleet = fleet * #live / known end
+if curves > 0 then
+  local packed = {}
+  for k = 0, curves - 1 do
+    if k == curves - 1 then
+      for g = 1, POINTS do curve[POINTS * k + g] = curve[POINTS * k + g] + flat end
+    end
+    packed[k + 1] = struct.pack(CURVE, unpack(curve, POINTS * k + 1, POINTS * (k + 1)))
+  end
+  curve = table.concat(packed)
+else
+  curve = false
+end
 
 -- Tenant demands: this node's replace its last ("demand:weight"), then
 -- the fleet's, summed over the live nodes.
 local names, fields = {}, {}
-for i = 13, #ARGV, 3 do
+for i = 14, #ARGV, 3 do
   names[#names + 1] = ARGV[i]
   fields[#fields + 1], fields[#fields + 2] = ARGV[i], ARGV[i + 1] .. ':' .. ARGV[i + 2]
 end
@@ -156,39 +194,17 @@ if #names > 0 then
   redis.call('PEXPIRE', KEYS[4], math.max(ttl, hold))
 end
 local td = string.sub(KEYS[4], 1, #KEYS[4] - #node)
-local sums, weights, order = {}, {}, {}
+local sums = {}
 for _, n in ipairs(live) do
   local all = redis.call('HGETALL', td .. n)
   for i = 1, #all, 2 do
-    local d, w = string.match(all[i + 1], '^(%d+):(%d+)$')
-    if d then
-      if not sums[all[i]] then
-        sums[all[i]], weights[all[i]] = 0, tonumber(w)
-        order[#order + 1] = all[i]
-      end
-      sums[all[i]] = sums[all[i]] + tonumber(d)
-    end
+    local d = string.match(all[i + 1], '^(%d+):%d+$')
+    if d then sums[all[i]] = (sums[all[i]] or 0) + tonumber(d) end
   end
 end
 local totals = {}
 for i, name in ipairs(names) do totals[i] = sums[name] or 0 end
 
--- The water level: sum over tenants of min(demand, level × weight) is the
--- global rate, filling the smallest claims per unit of weight first.
-local water = '-1'
-local capacity, wanted, weight = rate * 1000000 / per, 0, 0
-for _, name in ipairs(order) do
-  wanted, weight = wanted + sums[name], weight + weights[name]
-end
-if wanted > capacity and weight > 0 then
-  table.sort(order, function(a, b) return sums[a] / weights[a] < sums[b] / weights[b] end)
-  local left = capacity
-  for _, name in ipairs(order) do
-    if sums[name] > left / weight * weights[name] then break end
-    left, weight = left - sums[name], weight - weights[name]
-  end
-  water = string.format('%.9g', left / weight)
-end
 -- The lower-level buckets: each as the global one (a push debits it once),
 -- and its demand record.
 local interval = span
@@ -229,4 +245,4 @@ for i = 5, #KEYS do
 end
 
 redis.call('PEXPIRE', KEYS[3], math.max(ttl, 600000, hold))
-return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals, water, levels}
+return {level - math.floor(unpushed * per), math.floor(fleet), #live, totals, curve, levels}
