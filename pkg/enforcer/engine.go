@@ -657,216 +657,72 @@ func (e *Engine) bringLocked(snap *snapshot, ts *tenantState, r *Request, now in
 // decideGroupLocked).
 func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int64, apiKey string, now int64, mode decideMode, d *Decision, g *group) {
 	ts.lastSeen = now
-
-	// Levels below global, in order; the first that cannot cover the cost is
-	// where the request fails unless global fails first.
-	var (
-		lower       = LevelNone
-		lowerLim    *limiter
-		lowerReason string
-		borrow      int64
-		epLim       *limiter
-		key         *keyState
-	)
 	counted := int64(0) // the cost a level's demand counts: arrivals only
 	if mode == arrival {
 		counted = cost
 	}
-	// A level too small to split for this cost was decided in Redis
-	// (hybrid.go): it is not the node's.
-	tenantOn := ts.limit.active() && !snap.small(ts.limit.limit(), cost)
-	if l := &ts.limit; tenantOn {
-		covers := l.settleCovers(now, cost)
-		l.offer(counted)
-		if !covers {
-			lower, lowerLim, lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.limit())
-			if ts.rec.mayBorrow && !l.never(cost) {
-				short := l.shortfall(cost)
-				allowance := ts.allowanceLocked()
-				allowance.settle(now)
-				if allowance.canCover(short) {
-					lower, borrow = LevelNone, short
-				} else {
-					lowerReason = snap.reason(reasonTenantCeiling, ts.rec.tenant.Limit)
+
+	// Levels below global, in order; the first that cannot cover the cost is
+	// where the request fails unless global fails first. A level too small
+	// to split for this cost was decided in Redis (hybrid.go): it is not the
+	// node's.
+	var v verdict
+	if l := &ts.limit; l.active() && !snap.small(l.limit(), cost) {
+		v.tenant = l
+		if !l.settleCovers(now, cost, counted) {
+			v.lower, v.lowerLim, v.lowerReason = LevelTenant, l, snap.reason(reasonTenant, l.limit())
+			v.borrowLocked(snap, ts, cost, now)
+		}
+	}
+	if slot := ts.rec.endpointSlot(ep); v.lower == LevelNone && slot >= 0 {
+		if l := ts.endpointLocked(slot, snap, now); l.active() && !snap.small(l.limit(), cost) {
+			v.endpoint = l
+			if !l.settleCovers(now, cost, counted) {
+				v.lower, v.lowerLim, v.lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.limit())
+			}
+		}
+	}
+	if v.lower == LevelNone && apiKey != "" {
+		if key := ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && key.limit.active() {
+			key.lastSeen = now
+			if l := &key.limit; !snap.small(l.limit(), cost) {
+				v.key = l
+				if !l.settleCovers(now, cost, counted) {
+					v.lower, v.lowerLim, v.lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.limit())
 				}
 			}
 		}
 	}
-	if slot := ts.rec.endpointSlot(ep); lower == LevelNone && slot >= 0 {
-		if l := ts.endpointLocked(slot, snap, now); l.active() && !snap.small(l.limit(), cost) {
-			epLim = l
-			covers := l.settleCovers(now, cost)
-			l.offer(counted)
-			if !covers {
-				lower, lowerLim, lowerReason = LevelEndpoint, l, snap.reason(reasonEndpoint, l.limit())
-			}
-		}
-	}
-	if lower == LevelNone && apiKey != "" {
-		if key = ts.keyLocked(apiKey, snap, &e.keys, now); key != nil && snap.small(key.limit.limit(), cost) {
-			key.lastSeen, key = now, nil
-		} else if key != nil && key.limit.active() {
-			key.lastSeen = now
-			l := &key.limit
-			covers := l.settleCovers(now, cost)
-			l.offer(counted)
-			if !covers {
-				lower, lowerLim, lowerReason = LevelKey, l, snap.reason(reasonAPIKey, l.limit())
-			}
-		}
-	}
-	if lower == LevelNone && mode == arrival {
+	if v.lower == LevelNone && mode == arrival {
 		ts.offered += cost
 		ts.arrivals++
 	}
 
-	// The tenant's fair share, when the plane is contended.
-	shareOK := true
-	var shareRate, shareCap float64
-	contended := snap.fairness != fairNone && e.fair.contended.Load() && e.fair.levelsSeq.Load() == snap.seq
-	paced := false // the share bucket is in force for this request
-	if contended && mode == arrival {
-		// A tier whose whole demand fits has an infinite level: no pacing.
-		if shareRate = e.fair.shareRate(ts); !math.IsInf(shareRate, 1) {
-			paced = true
-			shareCap = e.shareBurstTokens(shareRate, snap)
-			share := &ts.moreLocked().share
-			if share.last == 0 {
-				share.start(e.fair.contendedSince.Load(), float64(snap.minCost))
-			}
-			share.settle(now, shareRate, shareCap)
-			shareOK = share.covers(float64(cost), shareCap)
-		}
+	// The tenant's fair share, when the plane is contended; the queue's
+	// discipline replaces it.
+	v.contended = snap.fairness != fairNone && e.fair.contended.Load() && e.fair.levelsSeq.Load() == snap.seq
+	if v.contended && mode == arrival {
+		e.fairShareLocked(&v, snap, ts, cost, now)
 	}
+	e.globalLevel(&v, snap, ts, cost, now, mode, g)
 
-	// The global level and the burst pool.
-	pl := &e.plane
-	if g == nil {
-		pl.mu.Lock()
-	}
-	if pl.snap == nil || pl.snap.seq < snap.seq { // forward only: see decideOpts
-		pl.syncLocked(snap, now)
-	}
-	glob := &pl.global
-	glob.settle(now)
-	if lower == LevelNone && mode == arrival {
-		pl.offered += cost
-	}
-	var reserve int64
-	switch {
-	case snap.fairness == fairNone:
-		reserve = snap.reserves[ts.rec.tierRank]
-	case contended && (mode == fromQueue || math.Float64frombits(ts.demandBits.Load()) > shareRate):
-		// A tenant that wants more than its share leaves the bottom of the
-		// global bucket to those within theirs: the noise of a plane run at
-		// exactly its limit then falls on the tenants that caused it.
-		reserve = snap.contendedReserve
-	}
-	globalOK := glob.canCoverAbove(cost, reserve)
-	if globalOK && shareOK && borrow > 0 {
-		// The tenant level comes before endpoint and key: a dry pool fails
-		// it whatever they say.
-		pl.pool.settle(now)
-		if !pl.pool.canCover(borrow) {
-			lower, lowerLim, lowerReason = LevelTenant, &ts.limit, snap.reason(reasonTenantPoolDry, ts.rec.tenant.Limit)
-		}
-	}
-	allow := globalOK && shareOK && lower == LevelNone
-	var (
-		globalRetry   int64
-		reserveDenied bool // the global bucket covers the cost, but not above the reserve
-	)
-	if allow {
-		g.take(glob, cost, now)
-		pl.admitted += cost
-		if borrow > 0 {
-			g.take(&pl.pool, borrow, now)
-		}
-	} else if !globalOK {
-		globalRetry = glob.retryAboveUs(cost, reserve, now)
-		reserveDenied = reserve > 0 && glob.canCover(cost)
-	}
-	globalRemaining := glob.remaining() // read under plane.mu: other tenants debit it
-	var pool limiter                    // a copy, for the wait of a tenant that may borrow
-	if !allow && globalOK && shareOK && lower == LevelTenant && ts.rec.mayBorrow && pl.pool.active() {
-		pl.pool.settle(now)
-		pool = pl.pool
-	}
-	if g == nil {
-		pl.mu.Unlock()
-	}
-
-	*d = Decision{Allow: allow, Cost: cost, policy: snap.plane}
-	if mode == fromQueue && (allow || globalOK && shareOK) {
+	*d = Decision{Allow: v.allow, Cost: cost, policy: snap.plane}
+	if mode == fromQueue && v.planeOK() {
 		// The waiter's final outcome: its arrival was counted as a global
 		// denial, which this outcome replaces.
 		ts.moreLocked().denied[globalLevel]--
 	}
 	switch {
-	case allow:
-		if tenantOn && cost > borrow {
-			g.take(&ts.limit, cost-borrow, now)
-		}
-		if borrow > 0 {
-			g.take(ts.more.allowance, borrow, now)
-			d.Borrowed = borrow
-		}
-		if epLim != nil {
-			g.take(epLim, cost, now)
-		}
-		if key != nil && key.limit.active() {
-			g.take(&key.limit, cost, now)
-		}
-		if paced {
-			g.takeShare(&ts.more.share, float64(cost))
-		}
-		tenantLim := &ts.limit
-		if !tenantOn {
-			tenantLim = nil
-		}
-		d.Remaining, d.Bound = remainingAfter(globalRemaining, tenantLim, epLim, key)
-	case mode == fromQueue && (!globalOK || !shareOK):
+	case v.allow:
+		v.debitLocked(ts, cost, now, g, d)
+	case !v.planeOK() && mode == fromQueue:
 		// The waiter goes on waiting: nothing to record.
-		d.Level, d.Bound, d.RetryAfter = LevelGlobal, LevelGlobal, retryDuration(globalRetry)
+		d.Level, d.Bound, d.RetryAfter = LevelGlobal, LevelGlobal, retryDuration(v.globalRetryUs)
 		return
-	case !globalOK || !shareOK:
-		d.Level, d.Bound = LevelGlobal, LevelGlobal
-		switch {
-		case reserveDenied && snap.fairness == fairNone:
-			d.Reason = reasonReserve
-		case reserveDenied:
-			d.Reason = reasonShareReserve
-		case !globalOK:
-			d.Reason = cmp.Or(neverReason(LevelGlobal, &snap.plane.Spec().Global, 0, cost), snap.reason(reasonGlobal, snap.global))
-		default:
-			d.Reason = reasonShare
-		}
-		if !shareOK {
-			// Shares are computed again every tick: no longer than that.
-			shareWait := min(ts.more.share.retryAfterUs(float64(cost), shareCap, shareRate), e.settings.tickInterval.Microseconds())
-			globalRetry = max(globalRetry, shareWait)
-		}
-		d.RetryAfter = retryDuration(globalRetry)
-		d.Remaining = globalRemaining
-		e.fair.globalDenials.Add(1)
+	case !v.planeOK():
+		e.explainPlaneDenial(&v, snap, ts, cost, d)
 	default:
-		d.Level, d.Bound, d.Reason = lower, lower, lowerReason
-		if lowerLim.limit() != nil {
-			// The limit this decision applies: the plane's, but while mode
-			// central degrades the node's share of it, which is what holds
-			// while it does.
-			var extra int64
-			if lower == LevelTenant {
-				extra = snap.borrowExtra(ts.rec.mayBorrow)
-			}
-			d.Reason = cmp.Or(neverReason(lower, lowerLim.limit(), extra, cost), d.Reason)
-		}
-		wait := lowerLim.retryAfterUs(cost, now)
-		if pool.active() {
-			wait = borrowWaitUs(&ts.limit, ts.more.allowance, &pool, cost, now, wait)
-		}
-		d.RetryAfter = retryDuration(wait)
-		d.Remaining = lowerLim.remaining()
+		v.explainLowerDenial(snap, ts, cost, now, d)
 	}
 	if g != nil {
 		return // counted and traced with the group's outcome
@@ -878,35 +734,222 @@ func (e *Engine) decideLocked(snap *snapshot, ts *tenantState, ep int, cost int6
 	ts.recordLocked(now, d, apiKey, endpoint)
 }
 
-// remainingAfter is the tokens left at the tightest active level: the
-// levels are compared by their float estimates, and only the tightest is
-// counted exactly.
-func remainingAfter(global int64, tenant, endpoint *limiter, key *keyState) (int64, Level) {
+// verdict is what the levels say of one request, filled by decideLocked in
+// order: the levels below global, the fair share, the global level.
+type verdict struct {
+	// The levels below global: the first that cannot cover the cost
+	// (LevelNone when all can), its limiter and the reason; the tenant's,
+	// endpoint's and key's limiters to debit, nil where the level has no
+	// limit or it is not the node's; and the loan the tenant takes from its
+	// allowance and the burst pool.
+	lower                 Level
+	lowerLim              *limiter
+	lowerReason           string
+	tenant, endpoint, key *limiter
+	borrow                int64
+
+	// The tenant's fair share: contended, the plane is; paced, the share
+	// bucket is in force for this request; overShare, it cannot cover the
+	// cost.
+	contended, paced, overShare bool
+	shareRate, shareCap         float64
+
+	// The global level, read under plane.mu: reserveDenied, its bucket
+	// covers the cost but not above the reserve. pool is a copy of the
+	// burst pool, for the wait of a tenant that may borrow.
+	globalOK, reserveDenied bool
+	globalRetryUs           int64
+	globalRemaining         int64
+	pool                    limiter
+
+	allow bool
+}
+
+// planeOK reports whether the levels the tenant shares with the plane, the
+// global level and its fair share of it, passed.
+func (v *verdict) planeOK() bool { return v.globalOK && !v.overShare }
+
+// borrowLocked lends a tenant whose own tokens cannot cover the cost the
+// shortfall from its allowance, when it may borrow; the burst pool is asked
+// with the global level (globalLevel).
+func (v *verdict) borrowLocked(snap *snapshot, ts *tenantState, cost, now int64) {
+	if !ts.rec.mayBorrow || v.tenant.never(cost) {
+		return
+	}
+	short := v.tenant.shortfall(cost)
+	allowance := ts.allowanceLocked()
+	allowance.settle(now)
+	if allowance.canCover(short) {
+		v.lower, v.borrow = LevelNone, short
+	} else {
+		v.lowerReason = snap.reason(reasonTenantCeiling, ts.rec.tenant.Limit)
+	}
+}
+
+// fairShareLocked settles the tenant's share bucket and asks it for the
+// cost.
+func (e *Engine) fairShareLocked(v *verdict, snap *snapshot, ts *tenantState, cost, now int64) {
+	// A tier whose whole demand fits has an infinite level: no pacing.
+	if v.shareRate = e.fair.shareRate(ts); math.IsInf(v.shareRate, 1) {
+		return
+	}
+	v.paced = true
+	v.shareCap = e.shareBurstTokens(v.shareRate, snap)
+	share := &ts.moreLocked().share
+	if share.last == 0 {
+		share.start(e.fair.contendedSince.Load(), float64(snap.minCost))
+	}
+	share.settle(now, v.shareRate, v.shareCap)
+	v.overShare = !share.covers(float64(cost), v.shareCap)
+}
+
+// globalLevel asks the global level and, for a loan, the burst pool under
+// plane.mu (which it takes unless the caller holds it for a group), and
+// debits both when every level passes: other tenants debit them too.
+func (e *Engine) globalLevel(v *verdict, snap *snapshot, ts *tenantState, cost, now int64, mode decideMode, g *group) {
+	pl := &e.plane
+	if g == nil {
+		pl.mu.Lock()
+	}
+	if pl.snap == nil || pl.snap.seq < snap.seq { // forward only: see decideOpts
+		pl.syncLocked(snap, now)
+	}
+	glob := &pl.global
+	glob.settle(now)
+	if v.lower == LevelNone && mode == arrival {
+		pl.offered += cost
+	}
+	var reserve int64
+	switch {
+	case snap.fairness == fairNone:
+		reserve = snap.reserves[ts.rec.tierRank]
+	case v.contended && (mode == fromQueue || math.Float64frombits(ts.demandBits.Load()) > v.shareRate):
+		// A tenant that wants more than its share leaves the bottom of the
+		// global bucket to those within theirs: the noise of a plane run at
+		// exactly its limit then falls on the tenants that caused it.
+		reserve = snap.contendedReserve
+	}
+	v.globalOK = glob.canCoverAbove(cost, reserve)
+	if v.planeOK() && v.borrow > 0 {
+		// The tenant level comes before endpoint and key: a dry pool fails
+		// it whatever they say.
+		pl.pool.settle(now)
+		if !pl.pool.canCover(v.borrow) {
+			v.lower, v.lowerLim, v.lowerReason = LevelTenant, &ts.limit, snap.reason(reasonTenantPoolDry, ts.rec.tenant.Limit)
+		}
+	}
+	v.allow = v.planeOK() && v.lower == LevelNone
+	switch {
+	case v.allow:
+		g.take(glob, cost, now)
+		pl.admitted += cost
+		if v.borrow > 0 {
+			g.take(&pl.pool, v.borrow, now)
+		}
+	case !v.globalOK:
+		v.globalRetryUs = glob.retryAboveUs(cost, reserve, now)
+		v.reserveDenied = reserve > 0 && glob.canCover(cost)
+	case !v.overShare && v.lower == LevelTenant && ts.rec.mayBorrow && pl.pool.active():
+		pl.pool.settle(now)
+		v.pool = pl.pool
+	}
+	v.globalRemaining = glob.remaining() // other tenants debit it
+	if g == nil {
+		pl.mu.Unlock()
+	}
+}
+
+// debitLocked debits the tenant's own levels of an admitted request (global
+// and the pool are debited under plane.mu) and tells what remains.
+func (v *verdict) debitLocked(ts *tenantState, cost, now int64, g *group, d *Decision) {
+	if v.tenant != nil && cost > v.borrow {
+		g.take(v.tenant, cost-v.borrow, now)
+	}
+	if v.borrow > 0 {
+		g.take(ts.more.allowance, v.borrow, now)
+		d.Borrowed = v.borrow
+	}
+	if v.endpoint != nil {
+		g.take(v.endpoint, cost, now)
+	}
+	if v.key != nil {
+		g.take(v.key, cost, now)
+	}
+	if v.paced {
+		g.takeShare(&ts.more.share, float64(cost))
+	}
+	// What remains at the tightest level: the levels are compared by their
+	// float estimates, and only the tightest is counted exactly.
 	var tightest *limiter
-	level := LevelGlobal
-	estimate := float64(global)
-	if tenant != nil && tenant.active() {
-		if f := tenant.estimate(); f < estimate {
-			tightest, level, estimate = tenant, LevelTenant, f
+	level, estimate := LevelGlobal, float64(v.globalRemaining)
+	if v.tenant != nil {
+		if f := v.tenant.estimate(); f < estimate {
+			tightest, level, estimate = v.tenant, LevelTenant, f
 		}
 	}
-	if endpoint != nil { // active: decideLocked keeps only active ones
-		if f := endpoint.estimate(); f < estimate {
-			tightest, level, estimate = endpoint, LevelEndpoint, f
+	if v.endpoint != nil {
+		if f := v.endpoint.estimate(); f < estimate {
+			tightest, level, estimate = v.endpoint, LevelEndpoint, f
 		}
 	}
-	if key != nil && key.limit.active() {
-		if f := key.limit.estimate(); f < estimate {
-			tightest, level = &key.limit, LevelKey
+	if v.key != nil {
+		if f := v.key.estimate(); f < estimate {
+			tightest, level = v.key, LevelKey
 		}
 	}
-	if tightest == nil {
-		return global, LevelGlobal
+	d.Remaining, d.Bound = v.globalRemaining, LevelGlobal
+	if tightest != nil {
+		if r := tightest.remaining(); r <= v.globalRemaining {
+			d.Remaining, d.Bound = r, level
+		}
 	}
-	if r := tightest.remaining(); r <= global {
-		return r, level
+}
+
+// explainPlaneDenial fills a denial at the global level or at the tenant's
+// fair share: why, and when to retry.
+func (e *Engine) explainPlaneDenial(v *verdict, snap *snapshot, ts *tenantState, cost int64, d *Decision) {
+	d.Level, d.Bound = LevelGlobal, LevelGlobal
+	switch {
+	case v.reserveDenied && snap.fairness == fairNone:
+		d.Reason = reasonReserve
+	case v.reserveDenied:
+		d.Reason = reasonShareReserve
+	case !v.globalOK:
+		d.Reason = cmp.Or(neverReason(LevelGlobal, &snap.plane.Spec().Global, 0, cost), snap.reason(reasonGlobal, snap.global))
+	default:
+		d.Reason = reasonShare
 	}
-	return global, LevelGlobal
+	wait := v.globalRetryUs
+	if v.overShare {
+		// Shares are computed again every tick: no longer than that.
+		shareWait := min(ts.more.share.retryAfterUs(float64(cost), v.shareCap, v.shareRate), e.settings.tickInterval.Microseconds())
+		wait = max(wait, shareWait)
+	}
+	d.RetryAfter = retryDuration(wait)
+	d.Remaining = v.globalRemaining
+	e.fair.globalDenials.Add(1)
+}
+
+// explainLowerDenial fills a denial at a level below global: why, when to
+// retry, and what remains there.
+func (v *verdict) explainLowerDenial(snap *snapshot, ts *tenantState, cost, now int64, d *Decision) {
+	d.Level, d.Bound, d.Reason = v.lower, v.lower, v.lowerReason
+	if v.lowerLim.limit() != nil {
+		// The limit this decision applies: the plane's, but while mode
+		// central degrades the node's share of it, which is what holds
+		// while it does.
+		var extra int64
+		if v.lower == LevelTenant {
+			extra = snap.borrowExtra(ts.rec.mayBorrow)
+		}
+		d.Reason = cmp.Or(neverReason(v.lower, v.lowerLim.limit(), extra, cost), d.Reason)
+	}
+	wait := v.lowerLim.retryAfterUs(cost, now)
+	if v.pool.active() {
+		wait = borrowWaitUs(&ts.limit, ts.more.allowance, &v.pool, cost, now, wait)
+	}
+	d.RetryAfter = retryDuration(wait)
+	d.Remaining = v.lowerLim.remaining()
 }
 
 // borrowWaitUs is the earliest wait after which a tenant that may borrow

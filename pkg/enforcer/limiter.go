@@ -406,11 +406,13 @@ func (l *limiter) settle(now int64) {
 	l.refill(now)
 }
 
-// settleCovers is settle then canCover, the limit's shape read once: the
-// decision's step at each level.
-func (l *limiter) settleCovers(now, cost int64) bool {
+// settleCovers is settle then canCover, the limit's shape read once, and
+// counts offered as offered at this level: the decision's step at each
+// level below global.
+func (l *limiter) settleCovers(now, cost, offered int64) bool {
 	if l.x != nil {
 		l.settle(now)
+		l.offer(offered)
 		return l.canCover(cost)
 	}
 	l.refill(now)
