@@ -864,7 +864,7 @@ func TestRegression_UnknownTenantTierFollowsRequests(t *testing.T) {
 
 // TestRegression_RemainingReadsGlobalBucketUnderItsLock (run it with -race):
 // concurrent admissions raced on the global bucket. On an admission the engine computes
-// Decision.Remaining from the shared global bucket (remainingAfter, called
+// Decision.Remaining from the shared global bucket (debitLocked, called
 // from decideLocked) without the synchronisation that guards the bucket's
 // debit (limiter.take) by other goroutines; the race detector reports a
 // write in take and an unsynchronised read in remaining. Beyond failing every
