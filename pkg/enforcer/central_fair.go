@@ -201,7 +201,7 @@ func (b *central) allocate(snap *snapshot, denials int64, fill float64, now int6
 		f.demands[i], f.weights[i], f.ranks[i], f.caps[i] = c.demand, c.weight, c.rank, c.cap
 		total += c.demand
 	}
-	f.reallocate(snap, 1, total, denials, fill, b.e.settings.headroom, now)
+	f.reallocate(snap, 1, total, denials, fill, b.e.settings.headroom, now, nil)
 	if !f.contended.Load() {
 		cf.view.Store(nil)
 		return

@@ -16,8 +16,9 @@ import (
 // fleet's claims in that tier at every level, from which the node finds
 // the fleet's levels as the tick finds a node's (shareBy tenant: one level
 // raised to the tiers' floors; shareBy tier: the tiers' shares by weight,
-// then a level per tier), and its own claim on the plane: its curves at
-// those levels.
+// then a level per tier), its own claim on the plane: its curves at those
+// levels, and the levels its fairness tick paces its tenants by
+// (fairness.allocate).
 //
 // Why every tenant and not only the busiest the fleet reports one by one:
 // with tenants pinned to 100 nodes, a node's hundreds of small tenants are

@@ -163,8 +163,9 @@ func (e *Engine) tick(now int64) {
 	// this node's capacity, floors, tenants' caps and demands scaled up
 	// by spread, a tenant the fleet reported at its fleet-wide demand in
 	// that frame; each tenant is then paced at the part of its share that
-	// its demand here is of its demand in the frame.
-	scale, spread, fleet := e.fleetView()
+	// its demand here is of its demand in the frame. The levels are the
+	// fleet's when the last reconcile brought them (allocate).
+	scale, spread, fleet, fleetLevels := e.fleetView()
 	f.tenants = e.tenants.appendAll(f.tenants[:0])
 	f.demands = grow(f.demands, len(f.tenants))
 	f.weights = grow(f.weights, len(f.tenants))
@@ -222,7 +223,7 @@ func (e *Engine) tick(now int64) {
 		total += demand * spread
 	}
 
-	f.reallocate(snap, spread, total, denials, e.globalFill(now), e.settings.headroom, now)
+	f.reallocate(snap, spread, total, denials, e.globalFill(now), e.settings.headroom, now, fleetLevels)
 }
 
 // reallocate shares the plane's global rate (scale times the snapshot's)
@@ -231,13 +232,13 @@ func (e *Engine) tick(now int64) {
 // global bucket is below half full (fill, 0 to 1). Mode local and
 // local-reconciled call it from tick with this node's figures, mode
 // central from its fleet exchange with the fleet's (central_fair.go).
-func (f *fairness) reallocate(snap *snapshot, scale, total float64, denials int64, fill, headroom float64, now int64) {
+func (f *fairness) reallocate(snap *snapshot, scale, total float64, denials int64, fill, headroom float64, now int64, fleet *[policy.MaxTiers]float64) {
 	capacity := snap.globalPerSec * scale * (1 - headroom - refillBias(fill))
 	if snap.globalPerSec <= 0 || (total < 0.9*capacity && denials == 0 && fill > 0.5) {
 		// A global limit that never refills has no rate to share.
 		f.contended.Store(false)
 	} else {
-		f.allocate(snap, capacity, scale, now)
+		f.allocate(snap, capacity, scale, now, fleet)
 	}
 }
 
@@ -373,26 +374,41 @@ const maxRefillBias = 0.1
 // allocate computes every tier's water level and publishes them, at now
 // (µs). capacity is scale times the snapshot's (see tick). The claimants
 // are f.demands, f.weights, f.ranks and f.caps, index by index: the
-// tenants of tick, or the fleet's in mode central (central_fair.go).
-func (f *fairness) allocate(snap *snapshot, capacity, scale float64, now int64) {
+// tenants of tick, or the fleet's in mode central (central_fair.go). With
+// fleet, the fleet's levels a local-reconciled node found from the
+// nodes' claim curves (claim.go), it publishes those instead: a node's
+// own allocation cannot give each tier of its tenants its fleet-wide
+// level (with tenants pinned to 100 nodes, a node holding a whale raised
+// to its tier's floor and free tenants paced them at one level between
+// the two, and the tiers left their shares by 10%; docs/scale.md).
+func (f *fairness) allocate(snap *snapshot, capacity, scale float64, now int64, fleet *[policy.MaxTiers]float64) {
 	tiers := len(snap.floors)
-	for k := range tiers {
-		f.byTier[k] = f.byTier[k][:0]
-	}
-	for i := range f.demands {
-		if demand := f.demands[i]; demand > 0 {
-			// Demand counts only requests that passed the tenant's own
-			// levels, but one denied at global leaves its tokens, so the
-			// next is counted too: the tenant's own limit caps the claim.
-			f.byTier[f.ranks[i]] = append(f.byTier[f.ranks[i]], scheduler.Item{Weight: f.weights[i], Cap: min(demand, f.caps[i])})
-		}
-	}
 	var levels [policy.MaxTiers]float64
-	levelsOf := f.levelsByTier
-	if snap.shareByTenant {
-		levelsOf = f.levelsByTenant
+	contended := false
+	if fleet != nil {
+		levels = *fleet
+		for k := range tiers {
+			contended = contended || !math.IsInf(levels[k], 1)
+		}
+	} else {
+		for k := range tiers {
+			f.byTier[k] = f.byTier[k][:0]
+		}
+		for i := range f.demands {
+			if demand := f.demands[i]; demand > 0 {
+				// Demand counts only requests that passed the tenant's own
+				// levels, but one denied at global leaves its tokens, so the
+				// next is counted too: the tenant's own limit caps the claim.
+				f.byTier[f.ranks[i]] = append(f.byTier[f.ranks[i]], scheduler.Item{Weight: f.weights[i], Cap: min(demand, f.caps[i])})
+			}
+		}
+		levelsOf := f.levelsByTier
+		if snap.shareByTenant {
+			levelsOf = f.levelsByTenant
+		}
+		contended = levelsOf(snap, capacity, &levels)
 	}
-	if !levelsOf(snap, capacity, &levels) {
+	if !contended {
 		f.contended.Store(false)
 		return
 	}

@@ -33,7 +33,8 @@ import (
 //     what the other nodes admitted since their last pushes, estimated
 //     from their rates), the live nodes' total claim, each of its busiest
 //     tenants' fleet-wide demand, and the live nodes' claim curves summed,
-//     from which it finds the fleet's water levels;
+//     from which it finds the fleet's water levels, which its fairness
+//     tick paces its tenants by;
 //   - sizes its share by its claim: (1-shareFloor) × its part of the
 //     fleet's claims + shareFloor / nodes, at most doubling per reconcile.
 //     A node's claim is its demand less what its tenants ask beyond their
@@ -148,7 +149,11 @@ type reconciler struct {
 type fleetDemand struct {
 	byTenant map[string]float64
 	spread   float64
-	at       int64 // µs
+	// levels are the fleet's water levels per tier rank of policy (nil
+	// without them): the tick paces by them.
+	levels *[policy.MaxTiers]float64
+	policy *policy.Policy
+	at     int64 // µs
 }
 
 // maxFleetTenants bounds the tenants whose demand a node pushes and pulls
@@ -342,9 +347,11 @@ func (r *reconciler) reconcile() {
 	nodes = max(nodes, 1)
 	totals, _ := reply[3].([]any)
 	var fleetCurves claimCurves
+	var waterLevels *[policy.MaxTiers]float64
 	if fleetCurves, r.fairOK = parseClaimCurves(reply[4], r.claims.tiers); r.fairOK {
-		levels := fleetCurves.levels(snap, &r.claims.grid, perSecond(g), &r.maxmin)
-		r.fair = r.claims.curves().claim(&r.claims.grid, &levels)
+		waterLevels = new([policy.MaxTiers]float64)
+		*waterLevels = fleetCurves.levels(snap, &r.claims.grid, perSecond(g), &r.maxmin)
+		r.fair = r.claims.curves().claim(&r.claims.grid, waterLevels)
 	}
 	byTenant := make(map[string]float64, len(busiest))
 	r.ratios = r.ratios[:0]
@@ -361,7 +368,7 @@ func (r *reconciler) reconcile() {
 		slices.Sort(r.ratios)
 		spread = r.ratios[len(r.ratios)/2]
 	}
-	r.fleet.Store(&fleetDemand{byTenant: byTenant, spread: spread, at: now})
+	r.fleet.Store(&fleetDemand{byTenant: byTenant, spread: spread, levels: waterLevels, policy: p, at: now})
 	r.stats.fleetLevel.Store(level)
 	levels, _ := reply[5].([]any)
 	if e.central.fleet.count(nodes, now, (2 * interval).Microseconds()) {
@@ -462,12 +469,13 @@ func (r *reconciler) busiest(snap *snapshot, rate float64) []busyTenant {
 
 // fleetView is how the fairness tick sees the fleet: the factor from this
 // node's part of the plane to the whole (1 unless the plane is in mode
-// local-reconciled) and the fleet's demand per tenant, when a reconcile
-// brought it back within three intervals.
-func (e *Engine) fleetView() (scale, spread float64, byTenant map[string]float64) {
+// local-reconciled), and the fleet's demand per tenant and water levels
+// per tier (claim.go), when a reconcile brought them back within three
+// intervals (the levels: for the policy in force).
+func (e *Engine) fleetView() (scale, spread float64, byTenant map[string]float64, levels *[policy.MaxTiers]float64) {
 	p := e.policy.Load()
 	if e.reconciler == nil || p.Mode() != policy.ModeLocalReconciled {
-		return 1, 1, nil
+		return 1, 1, nil, nil
 	}
 	scale = 1 / e.reconciler.fraction()
 	spread = scale // until the fleet tells: as if spread like the node's demand
@@ -476,8 +484,11 @@ func (e *Engine) fleetView() (scale, spread float64, byTenant map[string]float64
 		if f.spread > 0 {
 			spread = min(f.spread, scale)
 		}
+		if f.policy == p {
+			levels = f.levels
+		}
 	}
-	return scale, spread, byTenant
+	return scale, spread, byTenant, levels
 }
 
 // leave takes the node out of the fleet at once (rather than after its
