@@ -36,8 +36,23 @@ type TraceEntry struct {
 // traceRing keeps the last TraceLength entries. An entry is 64 bytes:
 // times in µs, the level as an index, the key's short hash as bytes, and
 // strings shared with the policy, never built.
+//
+// The newest entry's run (its count and last time) and what an admitted
+// decision compares to join it are kept in the ring's first 64 bytes, not
+// in the entry, until a decision unlike it comes: a run of admitted
+// decisions then writes one cache line, where one in the entries would
+// read the ring's head and write the entry, two lines a tenant that
+// other tenants' decisions keep evicting
+// (BenchmarkDecideAtUncontended).
 type traceRing struct {
-	next, n int
+	runAtUs  int64
+	runCount int32
+	next, n  uint8
+	// The newest entry's fields a run compares, as recorded.
+	lastCost              int64
+	lastEndpoint          *policy.Endpoint
+	lastBorrowed          int32
+	lastAllow, lastHasKey bool
 	// hashedKey is the api key whose short hash is keyHash: the trace
 	// stores a key's hash, never the key, and most of a tenant's traffic
 	// comes through few keys, so it is computed once per change of key.
@@ -56,7 +71,7 @@ type traceEntry struct {
 	allow    bool
 	hasKey   bool
 	keyHash  [shortKeyHashBytes]byte
-	count    int32 // decisions alike in a row, admitted ones only
+	count    int32 // decisions alike in a row, admitted ones only (the newest entry's in the ring's run)
 }
 
 // shortKeyHashBytes is the bytes of policy.ShortKeyHash's 12 hex digits.
@@ -75,8 +90,13 @@ func shortKeyHash(key string) (h [shortKeyHashBytes]byte) {
 	return h
 }
 
-// push makes room for the newest entry and returns it to be written.
+// push makes room for the newest entry and returns it to be written,
+// writing the run of the one before into it.
 func (r *traceRing) push() *traceEntry {
+	if r.n > 0 {
+		last := &r.entries[(r.next+TraceLength-1)%TraceLength]
+		last.atUs, last.count = r.runAtUs, r.runCount
+	}
 	e := &r.entries[r.next]
 	r.next = (r.next + 1) % TraceLength
 	r.n = min(r.n+1, TraceLength)
@@ -87,27 +107,27 @@ func (r *traceRing) push() *traceEntry {
 // short hash of its api key when it has one.
 func (r *traceRing) record(now int64, d *Decision, apiKey string, endpoint *policy.Endpoint) {
 	hasKey := apiKey != ""
-	if hasKey && apiKey != r.hashedKey {
+	// The newest entry's key, when it had one, is hashedKey.
+	sameKey := !hasKey || apiKey == r.hashedKey
+	if !sameKey {
 		r.hashedKey, r.keyHash = apiKey, shortKeyHash(apiKey)
 	}
-	if r.n > 0 && d.Allow {
-		last := &r.entries[(r.next+TraceLength-1)%TraceLength]
-		if last.allow && last.cost == d.Cost && last.borrowed == int32(d.Borrowed) && last.endpoint == endpoint &&
-			last.hasKey == hasKey && (!hasKey || last.keyHash == r.keyHash) && last.count < math.MaxInt32 {
-			last.atUs = now
-			last.count++
-			return
-		}
+	if r.n > 0 && d.Allow && r.lastAllow && r.lastCost == d.Cost && r.lastBorrowed == int32(d.Borrowed) &&
+		r.lastEndpoint == endpoint && r.lastHasKey == hasKey && sameKey && r.runCount < math.MaxInt32 {
+		r.runAtUs = now
+		r.runCount++
+		return
 	}
 	// Written in place, field by field: a struct literal would be built
 	// aside and copied with write barriers.
 	entry := r.push()
-	entry.count = 1
-	entry.atUs, entry.cost, entry.borrowed, entry.allow = now, d.Cost, int32(d.Borrowed), d.Allow
+	entry.cost, entry.borrowed, entry.allow = d.Cost, int32(d.Borrowed), d.Allow
 	entry.reason = d.Reason
 	entry.level = int8(d.Level.index())
 	entry.endpoint = endpoint
 	entry.hasKey, entry.keyHash = hasKey, r.keyHash
+	r.runAtUs, r.runCount = now, 1
+	r.lastCost, r.lastBorrowed, r.lastAllow, r.lastEndpoint, r.lastHasKey = d.Cost, int32(d.Borrowed), d.Allow, endpoint, hasKey
 }
 
 // newestFirst copies the trace out, most recent decision first; nil for
@@ -117,8 +137,11 @@ func (r *traceRing) newestFirst() []TraceEntry {
 		return nil
 	}
 	out := make([]TraceEntry, r.n)
-	for i := range r.n {
-		e := r.entries[(r.next-1-i+2*TraceLength)%TraceLength]
+	for i := range int(r.n) {
+		e := r.entries[(int(r.next)-1-i+2*TraceLength)%TraceLength]
+		if i == 0 {
+			e.atUs, e.count = r.runAtUs, r.runCount
+		}
 		out[i] = TraceEntry{
 			At: time.UnixMicro(e.atUs), Count: int64(e.count),
 			Cost: e.cost, Borrowed: int64(e.borrowed), Allow: e.allow, Reason: e.reason,

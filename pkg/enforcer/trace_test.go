@@ -3,6 +3,7 @@ package enforcer
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 )
@@ -43,6 +44,10 @@ spec: {endpoint: write, cost: 1, limit: {rate: 1000, burst: 1000}}
 	for range 5 {
 		decide(read, true)
 	}
+	// The newest run, as the ring's head holds it.
+	if s, _ := e.TenantStatusAt(now, "a"); len(s.Trace) != 1 || s.Trace[0].Count != 5 || !s.Trace[0].At.Equal(now) {
+		t.Fatalf("after a run of 5 the trace is %+v; want one entry of 5 at its last decision", s.Trace)
+	}
 	decide(Request{Tenant: "a", Endpoint: "read", APIKey: "k2"}, true)
 	decide(Request{Tenant: "a", Endpoint: "write", APIKey: "k2"}, true)
 	for range 3 {
@@ -72,5 +77,15 @@ spec: {endpoint: write, cost: 1, limit: {rate: 1000, burst: 1000}}
 	}
 	if s, _ = e.TenantStatusAt(now, "a"); len(s.Trace) != TraceLength || s.Trace[TraceLength-1].Count != 1 || s.Trace[TraceLength-1].Allow {
 		t.Fatalf("after %d more denials the trace is %+v; want only them", TraceLength, s.Trace)
+	}
+}
+
+// TestTraceRunInOneLine: what a run of admitted decisions reads and writes
+// (the run, the newest entry's fields it compares, the hashed key) is in
+// the ring's first 64 bytes, before the entries.
+func TestTraceRunInOneLine(t *testing.T) {
+	var r traceRing
+	if off := unsafe.Offsetof(r.entries); off != 64 {
+		t.Fatalf("the entries start at byte %d of the ring; want 64", off)
 	}
 }
