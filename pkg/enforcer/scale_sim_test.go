@@ -302,14 +302,14 @@ const simTableHeader = `| nodes | tenants | routing | virtual | wall s | peak RS
 // TestScaleSim: 10 nodes, 10,000 Zipf tenants, 16 s of virtual time at
 // twice the global limit, by round robin. The fleet admits within
 // −5%/+3% of the limit over the run, every tier gets its fair share within
-// 8% (measured: within 2.4%; −30% and +22% before the engine claimed the
+// 8% (measured: within 3.9%; −30% and +22% before the engine claimed the
 // tail of tenants too sparse to measure, fairness.go's tierTail), and the
 // tenants with a fair share of at least 1 token/s get it within 15% at the
-// median (measured: 10.1%; small shares split over ten nodes are paced by
+// median (measured: 8.5%; small shares split over ten nodes are paced by
 // noisy estimates of each node's part).
 //
 // The same fleet with each tenant pinned to one node (a balancer that
-// hashes by tenant) holds the same bounds (measured: tiers within 2.9%,
+// hashes by tenant) holds the same bounds (measured: tiers within 2.5%,
 // tenants 0.0% at the median). Before the nodes claimed the plane and
 // paced their tenants by the fleet's levels from their claim curves
 // (claim.go) it took 12% and 25% (+7.9%, −6.4%, −5.6% and 16.6%), and
