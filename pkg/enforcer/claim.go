@@ -12,13 +12,14 @@ import (
 // of the plane as a function of the tier's water level λ (tokens/s per unit
 // of weight): c(λ) = Σ min(d, λ·w·p) over the tier's tenants with demand
 // here, d its demand here, w its weight and p the part of its fleet-wide
-// demand that is here (tenantState.part). Summed over the live nodes (reconcile.lua), a tier's curves are the
-// fleet's claims in that tier at every level, from which the node finds
-// the fleet's levels as the tick finds a node's (shareBy tenant: one level
-// raised to the tiers' floors; shareBy tier: the tiers' shares by weight,
-// then a level per tier), its own claim on the plane: its curves at those
-// levels, and the levels its fairness tick paces its tenants by
-// (fairness.allocate).
+// demand that is here (tenantState.part). Summed over the live nodes
+// (reconcile.lua), a tier's curves are the fleet's claims in that tier at
+// every level, from which each node finds the fleet's levels as the tick
+// finds a node's (shareBy tenant: one level raised to the tiers' floors;
+// shareBy tier: the tiers' shares by weight, then a level per tier). The
+// node claims the plane by its own curves at those levels, smoothed as its
+// demand is (reconciler.fair), and its fairness tick paces its tenants at
+// them (fairness.allocate).
 //
 // Why every tenant and not only the busiest the fleet reports one by one:
 // with tenants pinned to 100 nodes, a node's hundreds of small tenants are
@@ -28,7 +29,8 @@ import (
 // whole demand less only its busiest tenants' excess, and nodes holding
 // many tenants above their shares got more of the plane than those
 // shares: 19.7% off at the median node, free +22.5%, enterprise −19.6%;
-// with the curves 2.2%, +4.5% and −8.2% (100 nodes, 100,000 tenants:
+// with the curves 2.2%, +4.5% and −8.2%, and with the tick pacing at the
+// fleet's levels 1.9%, −1.5% and −1.4% (100 nodes, 100,000 tenants:
 // docs/scale.md, the simulation). And why the claim is the curves' and
 // not the node's measured demand less the excess: the two are measured
 // apart, and a claim that jitters by their difference installs new
