@@ -235,7 +235,6 @@ func (b *central) prepare(snap *snapshot, now int64, r *Request) (*centralCall, 
 	shard, parts := b.shards.shardOf(len(snap.shardPrefixes), name, t, c.apiKey)
 	c.shard = shard
 	prefix := snap.shardPrefixes[shard]
-	holder := keyspace.Holder(name)
 	c.tierRank, c.mayBorrow = rec.tierRank, rec.mayBorrow
 	c.limits = [4]*policy.Limit{t.Limit, nil, c.epLim, c.keyLim}
 	if c.mayBorrow {
@@ -249,18 +248,19 @@ func (b *central) prepare(snap *snapshot, now int64, r *Request) (*centralCall, 
 			}
 		}
 	}
-	c.keys[0] = prefix.Tenant(holder, isWindow(t.Limit))
-	if c.limits[1] != nil {
-		c.keys[1] = prefix.Allowance(holder)
-	}
+	v := b.fair.view.Load()
+	contended := v != nil && v.snap == snap
+	levels := keyspace.RequestLevels{Tenant: name, TenantWindow: isWindow(t.Limit), Allowance: c.limits[1] != nil, Share: contended}
 	if c.epLim != nil {
-		c.keys[2] = prefix.Endpoint(holder, endpointName, isWindow(c.epLim))
+		levels.Endpoint, levels.EndpointWindow = endpointName, isWindow(c.epLim)
 	}
 	if c.keyLim != nil {
-		c.keys[3] = prefix.Key(holder, keyspace.KeyDigest(c.apiKey), isWindow(c.keyLim))
+		levels.APIKey, levels.KeyWindow = c.apiKey, isWindow(c.keyLim)
 	}
-	if v := b.fair.view.Load(); v != nil && v.snap == snap { // contended
-		b.pace(c, v, name, prefix, holder, parts)
+	var share string
+	c.keys[0], c.keys[1], c.keys[2], c.keys[3], share = prefix.Request(&levels)
+	if contended {
+		b.pace(c, v, name, share, parts)
 	}
 	return c, nil
 }

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 )
@@ -501,8 +500,8 @@ func bucketFill(v string, lim *policy.Limit, now int64) float64 {
 
 // pace sets c's share level from the allocation in force (v, for the
 // request's snapshot): its tenant's share, split among the parts of a
-// split tenant, as a share bucket named after the tenant.
-func (b *central) pace(c *centralCall, v *centralShares, tenant string, prefix keyspace.Prefix, holder string, parts int64) {
+// split tenant, as a share bucket named key (the tenant's: Prefix.Share).
+func (b *central) pace(c *centralCall, v *centralShares, tenant, key string, parts int64) {
 	level := v.levels[c.tierRank]
 	if math.IsInf(level, 1) {
 		return // the tier's whole demand fits: nobody in it is paced
@@ -515,7 +514,7 @@ func (b *central) pace(c *centralCall, v *centralShares, tenant string, prefix k
 		period = 1_000_000
 		perPeriod = math.Round(rate)
 	}
-	c.share = shareLevel{key: prefix.Share(holder), rate: max(int64(perPeriod), 1), burst: max(int64(burst), 1), period: period,
+	c.share = shareLevel{key: key, rate: max(int64(perPeriod), 1), burst: max(int64(burst), 1), period: period,
 		maxRetry: b.e.settings.tickInterval}
 	_, c.aboveShare = v.above[tenant]
 }

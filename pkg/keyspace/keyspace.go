@@ -45,6 +45,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"strings"
 )
 
 // Prefix is the prefix of a shard's decision keys: "qp:{P}:" or "qp:{P/s}:".
@@ -118,43 +119,168 @@ func (p Prefix) FairReport(node string) string { return string(p) + "fd:" + node
 // Holder is a tenant's name in key names: behind its length, since names
 // that requests choose can hold any character, and prefixed they cannot
 // run into the next part of a key or its suffixes.
-func Holder(tenant string) string { return strconv.Itoa(len(tenant)) + ":" + tenant }
+func Holder(tenant string) string {
+	var b strings.Builder
+	b.Grow(len(tenant) + 8)
+	writeHolder(&b, tenant)
+	return b.String()
+}
+
+func writeHolder(b *strings.Builder, tenant string) {
+	var n [20]byte
+	b.Write(strconv.AppendInt(n[:0], int64(len(tenant)), 10))
+	b.WriteByte(':')
+	b.WriteString(tenant)
+}
 
 // KeyDigest names an api key in key names: 128 bits of its SHA-256 in hex,
 // so that nothing read from Redis (a dump, SCAN, MONITOR, the slow log)
 // shows an api key. Fixed-length hex, it needs no length prefix.
 func KeyDigest(apiKey string) string {
-	sum := sha256.Sum256([]byte(apiKey))
-	return hex.EncodeToString(sum[:16])
+	var b strings.Builder
+	b.Grow(digestLen)
+	writeDigest(&b, apiKey)
+	return b.String()
 }
 
-// window names a level's sliding window instead of its bucket: a list,
-// another kind of key, so a change of algorithm starts afresh.
-func window(name string, window bool) string {
-	if window {
-		return name + ":w"
-	}
-	return name
+const digestLen = 32 // hex digits
+
+func writeDigest(b *strings.Builder, apiKey string) {
+	sum := sha256.Sum256([]byte(apiKey))
+	var h [digestLen]byte
+	hex.Encode(h[:], sum[:digestLen/2])
+	b.Write(h[:])
 }
 
 // Tenant names holder's tenant level: its bucket, or its window.
 func (p Prefix) Tenant(holder string, isWindow bool) string {
-	return window(string(p)+"t:"+holder, isWindow)
+	return p.level(tenantLevel, holder, "", isWindow)
 }
 
 // Allowance names holder's borrow allowance.
-func (p Prefix) Allowance(holder string) string { return string(p) + "a:" + holder }
+func (p Prefix) Allowance(holder string) string { return p.level(allowanceLevel, holder, "", false) }
 
 // Share names holder's share bucket (central fairness).
-func (p Prefix) Share(holder string) string { return string(p) + "s:" + holder }
+func (p Prefix) Share(holder string) string { return p.level(shareLevel, holder, "", false) }
 
 // Endpoint names holder's level of endpoint: its bucket, or its window.
 func (p Prefix) Endpoint(holder, endpoint string, isWindow bool) string {
-	return window(string(p)+"e:"+holder+":"+endpoint, isWindow)
+	return p.level(endpointLevel, holder, endpoint, isWindow)
 }
 
 // Key names the level of the api key whose digest is digest (KeyDigest)
 // of holder: its bucket, or its window.
 func (p Prefix) Key(holder, digest string, isWindow bool) string {
-	return window(string(p)+"k:"+holder+":"+digest, isWindow)
+	return p.level(keyLevel, holder, digest, isWindow)
+}
+
+// The kinds of a holder's levels.
+const (
+	tenantLevel    = "t:"
+	allowanceLevel = "a:"
+	shareLevel     = "s:"
+	endpointLevel  = "e:"
+	keyLevel       = "k:"
+)
+
+// level is the name of holder's level of kind under p: then ":" and part
+// when there is one (an endpoint, a key's digest), and ":w" for a sliding
+// window instead of a bucket (a list, another kind of key, so that a
+// change of algorithm starts afresh).
+func (p Prefix) level(kind, holder, part string, isWindow bool) string {
+	var b strings.Builder
+	b.Grow(len(p) + len(kind) + len(holder) + len(part) + 3)
+	p.writeLevel(&b, kind, holder, part, isWindow)
+	return b.String()
+}
+
+func (p Prefix) writeLevel(b *strings.Builder, kind, holder, part string, isWindow bool) {
+	b.WriteString(string(p))
+	b.WriteString(kind)
+	b.WriteString(holder)
+	if part != "" {
+		b.WriteByte(':')
+		b.WriteString(part)
+	}
+	if isWindow {
+		b.WriteString(":w")
+	}
+}
+
+// RequestLevels says which of a request's levels Request names, and
+// which of them are sliding windows.
+type RequestLevels struct {
+	Tenant           string
+	TenantWindow     bool
+	Allowance, Share bool
+	Endpoint         string // "" for none
+	EndpointWindow   bool
+	APIKey           string // "" for none; named by its digest
+	KeyWindow        bool
+}
+
+// Request names r's levels under p, as Tenant, Allowance, Endpoint, Key
+// and Share name them ("" for one r does not ask for), in one allocation:
+// central names every decision's levels, and one by one they were six
+// strings a decision.
+func (p Prefix) Request(r *RequestLevels) (tenant, allowance, endpoint, key, share string) {
+	var b strings.Builder
+	b.Grow(p.requestLen(r))
+	writeHolder(&b, r.Tenant)
+	holder := b.String() // stays valid: later writes only append
+	var digest string
+	if r.APIKey != "" {
+		start := b.Len()
+		writeDigest(&b, r.APIKey)
+		digest = b.String()[start:]
+	}
+	name := func(kind, part string, isWindow bool) string {
+		start := b.Len()
+		p.writeLevel(&b, kind, holder, part, isWindow)
+		return b.String()[start:]
+	}
+	tenant = name(tenantLevel, "", r.TenantWindow)
+	if r.Allowance {
+		allowance = name(allowanceLevel, "", false)
+	}
+	if r.Endpoint != "" {
+		endpoint = name(endpointLevel, r.Endpoint, r.EndpointWindow)
+	}
+	if r.APIKey != "" {
+		key = name(keyLevel, digest, r.KeyWindow)
+	}
+	if r.Share {
+		share = name(shareLevel, "", false)
+	}
+	return tenant, allowance, endpoint, key, share
+}
+
+// requestLen is the bytes Request writes for r: the holder, the key's
+// digest, then each name.
+func (p Prefix) requestLen(r *RequestLevels) int {
+	holder := len(r.Tenant) + 2
+	for n := len(r.Tenant); n >= 10; n /= 10 {
+		holder++
+	}
+	name := len(p) + len(tenantLevel) + holder
+	window := func(w bool) int {
+		if w {
+			return len(":w")
+		}
+		return 0
+	}
+	n := holder + name + window(r.TenantWindow)
+	if r.Allowance {
+		n += name
+	}
+	if r.Share {
+		n += name
+	}
+	if r.Endpoint != "" {
+		n += name + 1 + len(r.Endpoint) + window(r.EndpointWindow)
+	}
+	if r.APIKey != "" {
+		n += digestLen + name + 1 + digestLen + window(r.KeyWindow)
+	}
+	return n
 }

@@ -1,6 +1,9 @@
 package keyspace
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestNames pins every key name: deployments hold keys under these names,
 // so a change is a migration.
@@ -38,6 +41,47 @@ func TestNames(t *testing.T) {
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+// TestRequestNamesAsOneByOne: Request names a request's levels as the
+// functions of each level do, in one allocation of the bytes it needs.
+func TestRequestNamesAsOneByOne(t *testing.T) {
+	p := ShardPrefix("ns/main", 1)
+	for _, r := range []RequestLevels{
+		{Tenant: "acme"},
+		{Tenant: "acme", TenantWindow: true, Allowance: true, Share: true, Endpoint: "read", EndpointWindow: true, APIKey: "secret", KeyWindow: true},
+		{Tenant: string(make([]byte, 300)), Allowance: true, Endpoint: "export", APIKey: "k"},
+	} {
+		h := Holder(r.Tenant)
+		want := [5]string{p.Tenant(h, r.TenantWindow), "", "", "", ""}
+		if r.Allowance {
+			want[1] = p.Allowance(h)
+		}
+		if r.Endpoint != "" {
+			want[2] = p.Endpoint(h, r.Endpoint, r.EndpointWindow)
+		}
+		if r.APIKey != "" {
+			want[3] = p.Key(h, KeyDigest(r.APIKey), r.KeyWindow)
+		}
+		if r.Share {
+			want[4] = p.Share(h)
+		}
+		var got [5]string
+		got[0], got[1], got[2], got[3], got[4] = p.Request(&r)
+		if got != want {
+			t.Errorf("Request(%+v) = %q, want %q", r, got, want)
+		}
+		if allocs := testing.AllocsPerRun(10, func() { p.Request(&r) }); allocs != 1 {
+			t.Errorf("Request(%+v) allocates %v times, want once", r, allocs)
+		}
+		used := len(Holder(r.Tenant)) + len(strings.Join(got[:], ""))
+		if r.APIKey != "" {
+			used += len(KeyDigest(r.APIKey))
+		}
+		if n := p.requestLen(&r); n != used {
+			t.Errorf("Request(%+v) sizes its buffer %d bytes, uses %d", r, n, used)
 		}
 	}
 }
