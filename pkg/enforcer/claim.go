@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 
+	"github.com/quotaplane/quotaplane/pkg/lua"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/scheduler"
 )
@@ -42,7 +43,7 @@ import (
 // which it stops growing (d / (w·p)), so a node builds its curves in one
 // pass over its tenants whatever their number.
 const (
-	claimPoints = 64
+	claimPoints = lua.ClaimPoints
 	claimLow    = 1e-7 // of the global rate per second
 	claimHigh   = 1e2
 )
@@ -68,13 +69,12 @@ type claimCurve [claimPoints]float64
 type claimBins struct {
 	grid   claimGrid
 	tiers  int
-	demand float64 // of every tenant added
 	ends   [policy.MaxTiers][claimPoints + 1]float64
 	slopes [policy.MaxTiers][claimPoints + 1]float64
 }
 
 func (b *claimBins) reset(rate float64, tiers int) {
-	b.grid, b.tiers, b.demand = newClaimGrid(rate), tiers, 0
+	b.grid, b.tiers = newClaimGrid(rate), tiers
 	clear(b.ends[:])
 	clear(b.slopes[:])
 }
@@ -96,7 +96,6 @@ func (b *claimBins) add(rank int, d, wp float64) {
 			k++
 		}
 	}
-	b.demand += d
 	b.ends[rank][k] += d
 	b.slopes[rank][k] += wp
 }

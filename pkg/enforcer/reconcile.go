@@ -307,11 +307,11 @@ func (r *reconciler) reconcile() {
 		scriptNow = now // the caller's virtual time (sim.go)
 	}
 	busiest := r.busiest(snap, perSecond(g))
-	var curves []byte
+	var own claimCurves // this node's, pushed and then claimed at the fleet's levels
 	if snap.fairness != fairNone {
-		curves = r.claims.curves().bytes()
+		own = r.claims.curves()
 	}
-	args = append(args, push.Records(), scriptNow, curves)
+	args = append(args, push.Records(), scriptNow, own.bytes())
 	for _, b := range busiest {
 		args = append(args, b.ts.name, int64(b.demand), b.weight)
 	}
@@ -353,7 +353,7 @@ func (r *reconciler) reconcile() {
 	if fleetCurves, r.fairOK = parseClaimCurves(reply[4], r.claims.tiers); r.fairOK {
 		waterLevels = new([policy.MaxTiers]float64)
 		*waterLevels = fleetCurves.levels(snap, &r.claims.grid, perSecond(g), &r.maxmin)
-		claim := r.claims.curves().claim(&r.claims.grid, waterLevels)
+		claim := own.claim(&r.claims.grid, waterLevels)
 		if !had {
 			r.fair = claim
 		}

@@ -25,6 +25,9 @@ const (
 	// tokens the node admitted there and its demand there (thousandths of
 	// a token per second).
 	ReconcileRecordFields = LevelFields + 2
+	// ClaimPoints is the water levels of each claim curve a Reconcile call
+	// takes and returns (ARGV[13]): little-endian float64 each.
+	ClaimPoints = 64
 )
 
 // Algorithms of a level, as Decide takes them.

@@ -51,9 +51,9 @@
 --          in Redis's real time, are then at least an hour, and liveness
 --          and the freshness of demand reports follow the given time alone.
 -- ARGV[13] the node's claim curves (pkg/enforcer claim.go): what its
---          tenants of each tier claim at each of 64 water levels, 64
---          little-endian float64 (tokens/s) per tier in rank order, or
---          empty for none (a plane without fairness)
+--          tenants of each tier claim at each of 64 water levels, as
+--          little-endian float64 (tokens/s), tier after tier in rank
+--          order, or empty for none (a plane without fairness)
 -- ARGV[14..] triples of tenant name, the node's demand for it (tokens/s)
 --          and its fairness weight: the node's busiest tenants
 -- KEYS[5..] the lower-level buckets of ARGV[11], named as decide.lua names

@@ -18,7 +18,7 @@ func TestReconcileSumsClaimCurves(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
-	const points, tiers = 64, 3
+	const points, tiers = ClaimPoints, 3
 	curves := func(scale float64, tiers int) []byte {
 		var b []byte
 		for k := range tiers {

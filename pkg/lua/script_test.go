@@ -77,6 +77,7 @@ func TestDecideShape(t *testing.T) {
 		{"refund.lua", fmt.Sprintf("records of %d little-endian int64", RefundRecordFields), fmt.Sprintf("%d * (i - 1) + 1", 8*RefundRecordFields)},
 		{"debit.lua", fmt.Sprintf("records of %d little-endian int64", DebitRecordFields), fmt.Sprintf("%d * (i - 1) + 1", 8*DebitRecordFields)},
 		{"reconcile.lua", fmt.Sprintf("records of %d little-endian int64", ReconcileRecordFields), fmt.Sprintf("%d * (i - 5) + 1", 8*ReconcileRecordFields)},
+		{"reconcile.lua", fmt.Sprintf("each of %d water levels", ClaimPoints), fmt.Sprintf("local POINTS = %d", ClaimPoints)},
 		{"bucket.lua", fmt.Sprintf("each starting with %d\n-- little-endian int64", LevelFields), "'<i8i8i8i8'"},
 	} {
 		src, _ := files.ReadFile(tc.script)
