@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/quotaplane/quotaplane/pkg/fairref"
+	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/scheduler"
 )
 
@@ -77,7 +78,7 @@ func TestClaimCurvesFindTheFleetsShares(t *testing.T) {
 		if worst > 0.03 {
 			t.Errorf("shareBy tenant %v: a node's claim is %.1f%% off its tenants' fair shares, want within 3%%", byTenant, 100*worst)
 		}
-		tierOff := func(levels [16]float64) (off float64) {
+		tierOff := func(levels [policy.MaxTiers]float64) (off float64) {
 			for k := range 3 {
 				off = max(off, math.Abs(fleet[k].at(grid, levels[k])/tierShares[k]-1))
 			}

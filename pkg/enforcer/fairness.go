@@ -238,7 +238,7 @@ func (f *fairness) reallocate(snap *snapshot, scale, total float64, denials int6
 		// A global limit that never refills has no rate to share.
 		f.contended.Store(false)
 	} else {
-		f.allocate(snap, capacity, scale, now, fleet)
+		f.allocate(snap, capacity, now, fleet)
 	}
 }
 
@@ -372,7 +372,7 @@ func (e *Engine) globalFill(now int64) float64 {
 const maxRefillBias = 0.1
 
 // allocate computes every tier's water level and publishes them, at now
-// (µs). capacity is scale times the snapshot's (see tick). The claimants
+// (µs), sharing capacity (tokens/s, in reallocate's frame). The claimants
 // are f.demands, f.weights, f.ranks and f.caps, index by index: the
 // tenants of tick, or the fleet's in mode central (central_fair.go). With
 // fleet, the fleet's levels a local-reconciled node found from the
@@ -381,7 +381,7 @@ const maxRefillBias = 0.1
 // level (with tenants pinned to 100 nodes, a node holding a whale raised
 // to its tier's floor and free tenants paced them at one level between
 // the two, and the tiers left their shares by 10%; docs/scale.md).
-func (f *fairness) allocate(snap *snapshot, capacity, scale float64, now int64, fleet *[policy.MaxTiers]float64) {
+func (f *fairness) allocate(snap *snapshot, capacity float64, now int64, fleet *[policy.MaxTiers]float64) {
 	tiers := len(snap.floors)
 	var levels [policy.MaxTiers]float64
 	contended := false

@@ -350,7 +350,7 @@ func TestAllocateMatchesTheReference(t *testing.T) {
 		for i, tn := range tenants {
 			f.weights[i], f.ranks[i], f.caps[i] = float64(tn.weight), rank[tiers[tn.tier].name], math.Inf(1)
 		}
-		f.allocate(snap, globalRate, 1, 1, nil)
+		f.allocate(snap, globalRate, 1, nil)
 		want := fairShares(shareBy, globalRate, tiers, tenants, demand)
 		for i, tn := range tenants {
 			got := demand[i]

@@ -158,7 +158,7 @@ spec: {tenant: f, tier: free, weight: 1}
 	f.weights = []float64{float64(rg.tenant.Weight), float64(rf.tenant.Weight)}
 	f.ranks = []int{rg.tierRank, rf.tierRank}
 	f.caps = []float64{math.Inf(1), math.Inf(1)}
-	f.allocate(snap, 100, 1, 1, nil)
+	f.allocate(snap, 100, 1, nil)
 	lg := math.Float64frombits(f.levelBits[rg.tierRank].Load()) * f.weights[0]
 	lf := math.Float64frombits(f.levelBits[rf.tierRank].Load()) * f.weights[1]
 	t.Logf("fluid shares: g %.1f, f %.1f (ratio %.2f)", lg, lf, lg/lf)

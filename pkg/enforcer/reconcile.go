@@ -352,7 +352,9 @@ func (r *reconciler) reconcile() {
 	had := r.fairOK
 	if fleetCurves, r.fairOK = parseClaimCurves(reply[4], r.claims.tiers); r.fairOK {
 		waterLevels = new([policy.MaxTiers]float64)
-		*waterLevels = fleetCurves.levels(snap, &r.claims.grid, perSecond(g), &r.maxmin)
+		// What the tick's own allocation would share: the rate less the
+		// headroom fair shares leave (reallocate).
+		*waterLevels = fleetCurves.levels(snap, &r.claims.grid, perSecond(g)*(1-e.settings.headroom), &r.maxmin)
 		claim := own.claim(&r.claims.grid, waterLevels)
 		if !had {
 			r.fair = claim
