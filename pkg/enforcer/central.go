@@ -198,7 +198,7 @@ func (b *central) decide(ctx context.Context, snap *snapshot, now int64, r *Requ
 // prepare resolves r's limits from the full policy into a script call,
 // deciding at now (µs).
 func (b *central) prepare(snap *snapshot, now int64, r *Request) (*centralCall, error) {
-	ep, cost, err := snap.resolve(r)
+	ep, cost, err := snap.resolve(r, false)
 	if err != nil {
 		return nil, err
 	}

@@ -589,11 +589,11 @@ const (
 func (e *Engine) decideOpts(now int64, r *Request, mode decideMode, d *Decision) error {
 	for {
 		snap := e.snap.Load()
-		ep, cost, err := snap.resolve(r)
+		ts := snap.known[r.Tenant]
+		ep, cost, err := snap.resolve(r, ts != nil)
 		if err != nil {
 			return err
 		}
-		ts := snap.known[r.Tenant]
 		if ts == nil {
 			ts = e.tenants.getOrCreate(r.Tenant, r.Tier, e.settings.maxTenants+len(snap.known))
 		}
@@ -759,7 +759,7 @@ type verdict struct {
 	// burst pool, for the wait of a tenant that may borrow.
 	globalOK, reserveDenied bool
 	globalRetryUs           int64
-	globalRemaining         int64
+	globalTokens            tokenCount
 	pool                    limiter
 
 	allow bool
@@ -853,7 +853,7 @@ func (e *Engine) globalLevel(v *verdict, snap *snapshot, ts *tenantState, cost, 
 		pl.pool.settle(now)
 		v.pool = pl.pool
 	}
-	v.globalRemaining = glob.remaining() // other tenants debit it
+	v.globalTokens = glob.tokens() // other tenants debit it: read now, counted after
 	if g == nil {
 		pl.mu.Unlock()
 	}
@@ -879,27 +879,28 @@ func (v *verdict) debitLocked(ts *tenantState, cost, now int64, g *group, d *Dec
 		g.takeShare(&ts.more.share, float64(cost))
 	}
 	// What remains at the tightest level: the levels are compared by their
-	// float estimates, and only the tightest is counted exactly.
-	var tightest *limiter
-	level, estimate := LevelGlobal, float64(v.globalRemaining)
+	// float estimates against global's exact count, and only the tightest
+	// is counted exactly too.
+	global := v.globalTokens.exact()
+	tightest, level := tokenCount{est: float64(global)}, LevelGlobal
 	if v.tenant != nil {
-		if f := v.tenant.estimate(); f < estimate {
-			tightest, level, estimate = v.tenant, LevelTenant, f
+		if t := v.tenant.tokens(); t.est < tightest.est {
+			tightest, level = t, LevelTenant
 		}
 	}
 	if v.endpoint != nil {
-		if f := v.endpoint.estimate(); f < estimate {
-			tightest, level, estimate = v.endpoint, LevelEndpoint, f
+		if t := v.endpoint.tokens(); t.est < tightest.est {
+			tightest, level = t, LevelEndpoint
 		}
 	}
 	if v.key != nil {
-		if f := v.key.estimate(); f < estimate {
-			tightest, level = v.key, LevelKey
+		if t := v.key.tokens(); t.est < tightest.est {
+			tightest, level = t, LevelKey
 		}
 	}
-	d.Remaining, d.Bound = v.globalRemaining, LevelGlobal
-	if tightest != nil {
-		if r := tightest.remaining(); r <= v.globalRemaining {
+	d.Remaining, d.Bound = global, LevelGlobal
+	if level != LevelGlobal {
+		if r := tightest.exact(); r <= global {
 			d.Remaining, d.Bound = r, level
 		}
 	}
@@ -926,7 +927,7 @@ func (e *Engine) explainPlaneDenial(v *verdict, snap *snapshot, ts *tenantState,
 		wait = max(wait, shareWait)
 	}
 	d.RetryAfter = retryDuration(wait)
-	d.Remaining = v.globalRemaining
+	d.Remaining = v.globalTokens.exact()
 	e.fair.globalDenials.Add(1)
 }
 

@@ -184,10 +184,15 @@ var groupPool = sync.Pool{New: func() any {
 // take debits cost from l, noting it when g is a group; g may be nil.
 func (g *group) take(l *limiter, cost, now int64) {
 	if g != nil {
-		used, _ := l.counters()
-		g.undo = append(g.undo, undoEntry{lim: l, level: l.level, used: used})
+		g.note(l)
 	}
 	l.take(cost, now)
+}
+
+// note records l's state in the undo log, before a debit.
+func (g *group) note(l *limiter) {
+	used, _ := l.counters()
+	g.undo = append(g.undo, undoEntry{lim: l, level: l.level, used: used})
 }
 
 // takeShare debits cost from a paced tenant's share bucket.
@@ -240,7 +245,7 @@ func (e *Engine) decideAllLocal(now int64, rs []Request, ds []Decision) (bool, e
 	for {
 		snap = e.snap.Load()
 		for i := range rs {
-			ep, cost, err := snap.resolve(&rs[i])
+			ep, cost, err := snap.resolve(&rs[i], false)
 			if err != nil {
 				return false, &RequestError{Index: i, Err: err}
 			}

@@ -382,17 +382,27 @@ func (l *limiter) canCover(cost int64) bool {
 	return cost <= burst && cost*periodUs <= l.level
 }
 
-// take debits cost; the caller has checked canCover.
+// take debits cost; the caller has checked canCover. Small enough to
+// inline: a plain bucket is one subtraction.
 func (l *limiter) take(cost int64, now int64) {
-	if x := l.x; x != nil {
-		if x.counting {
-			x.used += cost
-		}
-		if x.window != nil {
-			_, rate, _ := l.shape()
-			x.window.add(now, cost, rate)
-			return
-		}
+	if l.x != nil || l.sh == nil {
+		l.takeSlow(cost, now)
+		return
+	}
+	l.level -= cost * l.sh.periodUs
+}
+
+// takeSlow is take for a limiter with extra state (counted, or a window),
+// or none.
+func (l *limiter) takeSlow(cost int64, now int64) {
+	x := l.x
+	if x != nil && x.counting {
+		x.used += cost
+	}
+	if x != nil && x.window != nil {
+		_, rate, _ := l.shape()
+		x.window.add(now, cost, rate)
+		return
 	}
 	l.level -= cost * l.periodUs()
 }
@@ -416,8 +426,7 @@ func (l *limiter) settleCovers(now, cost, offered int64) bool {
 		return l.canCover(cost)
 	}
 	l.refill(now)
-	s := l.sh
-	return cost <= s.burst && cost*s.periodUs <= l.level
+	return cost <= l.sh.burst && cost*l.sh.periodUs <= l.level
 }
 
 // lack settles l at now and returns the whole tokens it lacks of a full
@@ -453,39 +462,48 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 	return l.bucketWaitUs(cost*periodUs, now)
 }
 
-// remaining is the whole tokens left now: level / periodUs, exactly. An
-// integer division costs tens of cycles and every decision needs up to
-// four, so it is estimated with a float multiplication and corrected by one
-// integer multiplication each way (level < 2^53 makes the estimate off by at
-// most one).
-func (l *limiter) remaining() int64 {
-	if l.sh == nil {
-		return 0
+// remaining is the whole tokens left now, exactly (tokens, exact).
+func (l *limiter) remaining() int64 { return l.tokens().exact() }
+
+// estimate is remaining as a float, off by at most one token.
+func (l *limiter) estimate() float64 { return l.tokens().est }
+
+// tokenCount is what counting a limiter's whole tokens needs, read at once:
+// the global level's is read under plane.mu and counted after it.
+type tokenCount struct {
+	est             float64 // the tokens, off by at most one; exact when periodUs is 0
+	level, periodUs int64   // a bucket's level and period
+}
+
+// tokens reads l's count: for a bucket its level, for a window what its
+// rate leaves.
+func (l *limiter) tokens() tokenCount {
+	s := l.sh
+	if s == nil {
+		return tokenCount{}
 	}
-	if l.window() != nil {
-		return int64(l.estimate()) // exact for a window
+	if w := l.window(); w != nil {
+		return tokenCount{est: float64(max(s.rate-w.sum, 0))}
 	}
-	periodUs := l.periodUs()
-	q := int64(float64(l.level) * l.sh.perPeriodUs)
+	return tokenCount{est: float64(l.level) * s.perPeriodUs, level: l.level, periodUs: s.periodUs}
+}
+
+// exact is level / periodUs rounded down. An integer division costs tens
+// of cycles and a decision needs up to four, so the float estimate is
+// corrected by one integer multiplication each way (level < 2^53 makes it
+// off by at most one).
+func (t tokenCount) exact() int64 {
+	q := int64(t.est)
+	if t.periodUs == 0 {
+		return q
+	}
 	switch {
-	case q*periodUs > l.level:
+	case q*t.periodUs > t.level:
 		q--
-	case (q+1)*periodUs <= l.level:
+	case (q+1)*t.periodUs <= t.level:
 		q++
 	}
 	return q
-}
-
-// estimate is remaining as a float, off by at most one token.
-func (l *limiter) estimate() float64 {
-	if l.sh == nil {
-		return 0
-	}
-	_, rate, _ := l.shape()
-	if w := l.window(); w != nil {
-		return float64(max(rate-w.sum, 0))
-	}
-	return float64(l.level) * l.sh.perPeriodUs
 }
 
 // remainingAt is remaining at now without changing the limiter: what a

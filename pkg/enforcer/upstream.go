@@ -136,7 +136,7 @@ func (e *Engine) route(r *Request) (gp *gatePlan, gu *gateUpstream, class upstre
 	if !ok || gp.byIndex[i] == nil {
 		return nil, nil, 0, 0
 	}
-	_, cost, err := e.snap.Load().resolve(r)
+	_, cost, err := e.snap.Load().resolve(r, false)
 	if err != nil {
 		return nil, nil, 0, 0
 	}
@@ -233,7 +233,7 @@ func (e *Engine) takeGroup(rs []Request, ds []Decision, now int64, gg *gatedGrou
 	for i := range rs {
 		gp, gu, class, cost := e.route(&rs[i])
 		if gp == nil {
-			if _, _, err := e.snap.Load().resolve(&rs[i]); e.gate.plan.Load() != nil && err != nil {
+			if _, _, err := e.snap.Load().resolve(&rs[i], false); e.gate.plan.Load() != nil && err != nil {
 				e.settleGroup(rs[:i], ds[:i], gg, false, nil)
 				*gg = gatedGroup{}
 				return true
