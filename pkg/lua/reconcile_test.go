@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/quotaplane/quotaplane/pkg/redistest"
@@ -66,5 +68,87 @@ func TestReconcileSumsClaimCurves(t *testing.T) {
 				t.Fatalf("tier %d, level %d: the fleet claims %g, want %g", k, g, v, want)
 			}
 		}
+	}
+}
+
+// TestReconcileDemandRecord: the fleet's demand on a lower-level bucket is
+// the sum of the nodes' last reports. A push replaces its node's report in
+// the sum without reading the others'; once an interval (the ttl's third)
+// a push sweeps the record: a report older than the ttl leaves the sum,
+// and the sum is counted anew. A record without a sum (the previous
+// script's) is swept on its first push.
+func TestReconcileDemandRecord(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	const ttl = 600 // ms: an interval of 200
+	bucket := "qp:{p}:t:acme"
+	hgetalls := func() int64 {
+		t.Helper()
+		for line := range strings.SplitSeq(c.Info(ctx, "commandstats").Val(), "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_hgetall:calls="); ok {
+				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		return 0
+	}
+	seq := 0
+	// push reports node's demand on the bucket (thousandths of a token/s)
+	// at ms and returns the fleet's, and the HGETALLs the call made less
+	// one per live node (their tenant demands, read every call).
+	push := func(node string, demand int64, ms int64) (fleet, sweeps int64) {
+		t.Helper()
+		seq++
+		var rec []byte
+		for _, v := range []int64{1, 100, 100, 1_000_000, 0, demand} {
+			rec = binary.LittleEndian.AppendUint64(rec, uint64(v))
+		}
+		keys := []string{"qp:{p}:g", "qp:{p}:nodes", "qp:{p}:rc", "qp:{p}:td:" + node, bucket}
+		args := []any{node, seq, 0, 0, 0, ttl, 1000, 1000, 1_000_000, 200_000, rec, ms * 1000, []byte{}}
+		before := hgetalls()
+		reply, err := Reconcile.Run(ctx, c, keys, args...).Slice()
+		if err != nil || len(reply) != 6 {
+			t.Fatalf("%s at %d ms: reconcile.lua answered %v, %v", node, ms, reply, err)
+		}
+		levels, _ := reply[5].([]any)
+		if len(levels) != 2 {
+			t.Fatalf("%s at %d ms: bucket levels %v, want a level and a demand", node, ms, levels)
+		}
+		return levels[1].(int64), hgetalls() - before - reply[2].(int64)
+	}
+	for _, step := range []struct {
+		node          string
+		demand, at    int64
+		fleet, sweeps int64
+	}{
+		{"a", 5000, 1000, 5000, 1},  // a new record is swept
+		{"b", 7000, 1050, 12000, 0}, // added
+		{"a", 3000, 1100, 10000, 0}, // replaced
+		{"c", 1000, 1150, 11000, 0},
+		{"a", 3000, 1199, 11000, 0},
+		// b's report (1050) is older than the ttl at 1700: the sweep drops it
+		{"a", 3000, 1700, 4000, 1},
+		{"c", 2000, 1750, 5000, 0},
+	} {
+		fleet, sweeps := push(step.node, step.demand, step.at)
+		if fleet != step.fleet || sweeps != step.sweeps {
+			t.Fatalf("%s reports %d at %d ms: the fleet's demand %d in %d sweeps, want %d in %d",
+				step.node, step.demand, step.at, fleet, sweeps, step.fleet, step.sweeps)
+		}
+	}
+	// The previous script's record: no sum, and a report of a node gone.
+	if err := c.Del(ctx, bucket+":n").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.HSet(ctx, bucket+":n", "a", "2000:1790", "gone", "9000:1000")
+	if fleet, sweeps := push("c", 500, 1800); fleet != 2500 || sweeps != 1 {
+		t.Fatalf("a record without a sum: the fleet's demand %d in %d sweeps, want 2500 in 1", fleet, sweeps)
+	}
+	if n, _ := c.HExists(ctx, bucket+":n", "gone").Result(); n {
+		t.Fatal("the sweep kept a report older than the ttl")
 	}
 }
