@@ -511,7 +511,7 @@ func (r *reconciler) leave(p *policy.Policy) {
 	id, prefix := r.e.nodeID, keyspace.PlanePrefix(p.ID())
 	_, _ = r.e.redis.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.ZRem(ctx, prefix.Nodes(), id)
-		pipe.HDel(ctx, prefix.Reconcile(), "s:"+id, "d:"+id, "r:"+id, "t:"+id)
+		pipe.HDel(ctx, prefix.Reconcile(), "s:"+id, "d:"+id, "r:"+id, "t:"+id, "c:"+id)
 		pipe.Del(ctx, prefix.TenantDemands(id))
 		return nil
 	})

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quotaplane/quotaplane/pkg/keyspace"
 	"github.com/quotaplane/quotaplane/pkg/policy"
 	"github.com/quotaplane/quotaplane/pkg/policy/policytest"
 	"github.com/quotaplane/quotaplane/pkg/poll"
@@ -210,5 +212,41 @@ func TestReconciledFairnessAcrossNodes(t *testing.T) {
 	}
 	if whaleRate+smallRate > 1000*1.05 {
 		t.Errorf("the fleet admitted %.0f/s, over the global 1000/s", whaleRate+smallRate)
+	}
+}
+
+// TestReconciledNodeLeavesNoFields: a node that closes takes its fields out
+// of the plane's reconcile hash, its claim curves too: nodes come and go
+// under a name each (pods), and a field left behind by each would grow
+// the hash for as long as the plane lives.
+func TestReconciledNodeLeavesNoFields(t *testing.T) {
+	srv := redistest.Start(t)
+	p := policytest.Compile(t, withMode(planeHeader, "local-reconciled", "reconcileInterval: 50ms")+`  global: {rate: 1000, burst: 1000}
+  fairness: maxmin
+  tiers: [{name: t, weight: 1}]
+`)
+	e, err := New(p, WithRedis(srv.Client()), WithNodeID("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	rc := keyspace.PlanePrefix(p.ID()).Reconcile()
+	poll.Until(t, 10*time.Second, "the node's claim curves pushed", func() bool {
+		if _, err := e.Decide(ctx, Request{Tenant: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := srv.Client().HExists(ctx, rc, "c:n1").Result()
+		return n
+	})
+	e.Close()
+	fields, err := srv.Client().HKeys(ctx, rc).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fields {
+		if strings.HasSuffix(f, ":n1") {
+			t.Errorf("the reconcile hash keeps %s after the node left: %v", f, fields)
+		}
 	}
 }
