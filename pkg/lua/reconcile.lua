@@ -10,11 +10,12 @@
 -- KEYS[3]  the reconcile hash, per node: "s:<node>" its last applied push,
 --          "d:<node>" its demand, "r:<node>" its admission rate (tokens
 --          per second), "t:<node>" the time of its last push (µs) and
---          "c:<node>" its claim curves (ARGV[13])
--- KEYS[4]  this node's tenant demands: a hash, tenant → tokens/s. The
---          other live nodes' are read too, by the same name with their ids
---          (in the same slot: one hash tag; not declared, since which nodes
---          are live is known only here)
+--          "c:<node>" its claim curves (ARGV[13]); "c:=" the live nodes'
+--          curves summed and "c:@" the ms they were
+-- KEYS[4]  this node's tenant demands: a hash, tenant → "tokens/s:weight".
+--          The other live nodes' are read too, by the same name with their
+--          ids (in the same slot: one hash tag; not declared, since which
+--          nodes are live is known only here)
 -- ARGV[1]  node id
 -- ARGV[2]  push sequence number: a push whose number is not above the
 --          node's last applied one is not applied again (a retry after a
@@ -60,17 +61,19 @@
 --          them (a mode change keeps their state); each has a demand
 --          record beside it, its name and ":n" (same slot, not declared):
 --          a hash, node → "<demand>:<ms of the report>", and "=" →
---          "<sum> <ms of the last sweep>", sum the reports it holds. A
---          push replaces the node's report in the sum; once an interval
---          (the ttl's third) after the last sweep, a push sweeps it: drops
---          the reports older than the ttl and counts the sum anew. The
---          fleet's demand is the sum: the reports younger than the ttl,
---          and a dead node's for up to an interval more. Reading every
---          report on every push, as before, was O(nodes) a bucket and half
---          of a reconcile's Redis time at 100 nodes round robin (12.7 ms
---          a reconcile; docs/scale.md). A record of the previous script
---          (no "=") is swept on its first push; the previous script drops
---          "=", which it cannot read, and the next push counts it anew.
+--          "<sum> <ms>", sum the reports it holds and ms at most the time
+--          of the oldest of them. A push replaces its node's report in the
+--          sum, but once a report may be older than the ttl (ms + ttl is
+--          past) it sweeps the record: drops the reports older than the
+--          ttl and counts the sum anew, ms the oldest left. The fleet's
+--          demand is the sum: the reports younger than the ttl, as when
+--          every push read every report. That was O(nodes) a bucket and
+--          half of a reconcile's Redis time at 100 nodes round robin
+--          (docs/scale.md); a bucket with one reporter (routing pinned by
+--          tenant) is swept every third push. A record of the previous
+--          script (no "=") is swept on its first push; the previous
+--          script drops "=", which it cannot read, and the next push
+--          counts the record anew.
 --
 -- Returns {the global level as of now in token·µs: the bucket after this
 -- push, less what the other live nodes admitted since their last pushes
@@ -89,9 +92,10 @@
 -- records the node's push, rate, demand and liveness, forgets nodes whose
 -- liveness expired, and sets expiries on everything it writes.
 --
--- Complexity: O(T + 64 K N + B + expired nodes), T the tenants all live
--- nodes pushed (at most 128 each), K the tiers, N the live nodes, B the
--- buckets of this push; and once an interval a bucket's sweep, O(N).
+-- Complexity: O(T + B + expired nodes), T the tenants all live nodes
+-- pushed (at most 128 each), B the buckets of this push; once an interval,
+-- for the first push after it, O(64 K N), K the tiers, N the live nodes;
+-- and a bucket's sweep, O(N), once a report in it may be older than the ttl.
 
 local node, seq, tokens, admit_rate, demand, ttl =
   ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -156,29 +160,49 @@ else
   redis.call('HDEL', KEYS[3], 'c:' .. node)
 end
 
+-- The fleet's claim curves are summed over the live nodes once an
+-- interval (the ttl's third), by the first push after it, and kept in
+-- KEYS[3] ("c:=", "c:@" the ms they were summed): the pushes in between
+-- read the sum. Summing them on every push was O(nodes) a push, 16% of a
+-- reconcile's Redis time at 100 nodes round robin once the demand records
+-- kept their sums.
+local interval_ms = math.floor(ttl / 3)
+local stamp = tonumber(redis.call('HGET', KEYS[3], 'c:@') or '')
+local summed = stamp ~= nil and now_ms >= stamp and now_ms - stamp < interval_ms
+local curve, sum_curves = false, false
+if curves > 0 then
+  if summed then curve = redis.call('HGET', KEYS[3], 'c:=') end
+  if not curve or #curve ~= #ARGV[13] then curve, sum_curves = {}, true end
+end
+
 local live = redis.call('ZRANGE', KEYS[2], 0, -1)
 local fleet, known, unpushed = 0, 0, 0
-local curve, flat = {}, 0 -- the curves summed; the demand of nodes without them
-for i = 1, curves * POINTS do curve[i] = 0 end
+local flat = 0 -- the demand of nodes without curves of this shape
+if sum_curves then
+  for i = 1, curves * POINTS do curve[i] = 0 end
+end
 for _, n in ipairs(live) do
-  local f = redis.call('HMGET', KEYS[3], 'd:' .. n, 'r:' .. n, 't:' .. n, 'c:' .. n)
+  local f = redis.call('HMGET', KEYS[3], 'd:' .. n, 'r:' .. n, 't:' .. n)
   if f[1] then
     fleet, known = fleet + tonumber(f[1]), known + 1
   end
   if n ~= node and f[2] and f[3] then
     unpushed = unpushed + tonumber(f[2]) * math.max(now - tonumber(f[3]), 0) / 1000000
   end
-  if curves > 0 and f[4] and #f[4] == #ARGV[13] then
-    for k = 0, curves - 1 do
-      local c = {struct.unpack(CURVE, f[4], 8 * POINTS * k + 1)}
-      for g = 1, POINTS do curve[POINTS * k + g] = curve[POINTS * k + g] + c[g] end
+  if sum_curves then
+    local c = n == node and ARGV[13] or redis.call('HGET', KEYS[3], 'c:' .. n)
+    if c and #c == #ARGV[13] then
+      for k = 0, curves - 1 do
+        local v = {struct.unpack(CURVE, c, 8 * POINTS * k + 1)}
+        for g = 1, POINTS do curve[POINTS * k + g] = curve[POINTS * k + g] + v[g] end
+      end
+    elseif f[1] then
+      flat = flat + tonumber(f[1])
     end
-  elseif f[1] then
-    flat = flat + tonumber(f[1])
   end
 end
 if known > 0 then fleet = fleet * #live / known end
-if curves > 0 then
+if sum_curves then
   local packed = {}
   for k = 0, curves - 1 do
     if k == curves - 1 then
@@ -187,12 +211,13 @@ if curves > 0 then
     packed[k + 1] = struct.pack(CURVE, unpack(curve, POINTS * k + 1, POINTS * (k + 1)))
   end
   curve = table.concat(packed)
-else
-  curve = false
+  redis.call('HSET', KEYS[3], 'c:=', curve, 'c:@', now_ms)
 end
 
 -- Tenant demands: this node's replace its last ("demand:weight"), then
--- the fleet's, summed over the live nodes.
+-- the fleet's, summed over the live nodes. (Kept as the curves are, once
+-- an interval, they cost the tenants spread over the nodes their fair
+-- shares: 10 nodes round robin, p90 36 -> 42.5%, TestScaleSim.)
 local names, fields = {}, {}
 for i = 14, #ARGV, 3 do
   names[#names + 1] = ARGV[i]
@@ -219,7 +244,6 @@ for i, name in ipairs(names) do totals[i] = sums[name] or 0 end
 -- and its demand record (see KEYS[5..]).
 local interval = span
 local SUM = '='
-local sweep_ms = math.floor(ttl / 3) -- the reconcile interval
 local levels = {}
 for i = 5, #KEYS do
   local alg, brate, bburst, bper, btokens, bdemand = struct.unpack('<i8i8i8i8i8i8', ARGV[11], 48 * (i - 5) + 1)
@@ -238,29 +262,28 @@ for i = 5, #KEYS do
     write_bucket(key, l, at, brate, bper, bceil, 1000, hold)
     blevel = l
   end
-  -- the demand record: this node's rate replaces its last in the sum;
-  -- a sweep drops the reports older than the ttl and counts the sum anew
+  -- the demand record: this node's rate replaces its last in the sum,
+  -- unless a report in it may be older than the ttl: then it is swept
   local dkey = key .. ':n'
   local f = redis.call('HMGET', dkey, node, SUM)
-  local d, swept = string.match(f[2] or '', '^(%d+) (%d+)$')
-  d, swept = tonumber(d), tonumber(swept)
-  if d and now_ms >= swept and now_ms - swept < sweep_ms then
+  local d, oldest = string.match(f[2] or '', '^(%d+) (%d+)$')
+  d, oldest = tonumber(d), tonumber(oldest)
+  if d and now_ms >= oldest and now_ms < oldest + ttl then
     d = d - (tonumber(string.match(f[1] or '', '^(%d+):')) or 0) + bdemand
-    redis.call('HSET', dkey, node, bdemand .. ':' .. now_ms, SUM, d .. ' ' .. swept)
   else
-    redis.call('HSET', dkey, node, bdemand .. ':' .. now_ms)
-    d = 0
+    d, oldest = bdemand, now_ms
     local all = redis.call('HGETALL', dkey)
     for j = 1, #all, 2 do
       local r, at = string.match(all[j + 1], '^(%d+):(%d+)$')
-      if r and tonumber(at) + ttl > now_ms then
-        d = d + tonumber(r)
+      at = tonumber(at)
+      if r and at + ttl > now_ms then
+        if all[j] ~= node then d, oldest = d + tonumber(r), math.min(oldest, at) end
       elseif all[j] ~= SUM then
         redis.call('HDEL', dkey, all[j])
       end
     end
-    redis.call('HSET', dkey, SUM, d .. ' ' .. now_ms)
   end
+  redis.call('HSET', dkey, node, bdemand .. ':' .. now_ms, SUM, d .. ' ' .. oldest)
   redis.call('PEXPIRE', dkey, math.max(ttl, hold))
   levels[#levels + 1] = blevel
   levels[#levels + 1] = d

@@ -15,12 +15,15 @@ import (
 // curves summed point by point, tier by tier. A node that pushes none (a
 // node of the version before the curves, in an upgrade's window) or
 // curves of another number of tiers counts as its claim at every level of
-// the last tier; a node that pushes none gets none back.
+// the last tier; a node that pushes none gets none back. The sum is taken
+// once an interval (the ttl's third), by the first push after it, and the
+// pushes in between get it as it was.
 func TestReconcileSumsClaimCurves(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
 	const points, tiers = ClaimPoints, 3
+	const ttl = 600 // ms: an interval of 200
 	curves := func(scale float64, tiers int) []byte {
 		var b []byte
 		for k := range tiers {
@@ -30,53 +33,52 @@ func TestReconcileSumsClaimCurves(t *testing.T) {
 		}
 		return b
 	}
-	reconcile := func(node string, claim int64, curves []byte) any {
+	reconcile := func(node string, claim int64, curves []byte, ms int64) any {
 		t.Helper()
 		keys := []string{"qp:{p}:g", "qp:{p}:nodes", "qp:{p}:rc", "qp:{p}:td:" + node}
-		args := []any{node, 1, 0, 0, claim, 600, 1000, 1000, 1_000_000, 200_000, []byte{}, 0, curves}
+		args := []any{node, 1, 0, 0, claim, ttl, 1000, 1000, 1_000_000, 200_000, []byte{}, ms * 1000, curves}
 		reply, err := Reconcile.Run(ctx, c, keys, args...).Slice()
 		if err != nil || len(reply) != 6 {
 			t.Fatalf("%s: reconcile.lua answered %v, %v", node, reply, err)
 		}
 		return reply[4]
 	}
-	read := func(v any) []float64 {
+	check := func(v any, scale float64) {
 		t.Helper()
 		s, ok := v.(string)
 		if !ok || len(s) != 8*points*tiers {
 			t.Fatalf("the fleet's curves are %T of %d bytes, want %d", v, len(s), 8*points*tiers)
 		}
-		out := make([]float64, points*tiers)
-		for i := range out {
-			out[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i:])))
+		for k := range tiers {
+			for g := range points {
+				want := scale * float64(100*k+g) // a's and b's
+				if k == tiers-1 {
+					want += 500 + 70 // the nodes without curves of this shape, flat
+				}
+				got := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*(k*points+g):])))
+				if got != want {
+					t.Fatalf("tier %d, level %d: the fleet claims %g, want %g", k, g, got, want)
+				}
+			}
 		}
-		return out
 	}
-	if got := reconcile("old", 500, nil); got != nil {
+	if got := reconcile("old", 500, nil, 1000); got != nil {
 		t.Fatalf("a node that pushes no curves got %v back, want none", got)
 	}
-	reconcile("two-tiers", 70, curves(1, 2))
-	reconcile("a", 10, curves(1, tiers))
-	got := read(reconcile("b", 20, curves(2, tiers)))
-	for k := range tiers {
-		for g := range points {
-			want := 3 * float64(100*k+g) // a's and b's
-			if k == tiers-1 {
-				want += 500 + 70 // the nodes without curves of this shape, flat
-			}
-			if v := got[k*points+g]; v != want {
-				t.Fatalf("tier %d, level %d: the fleet claims %g, want %g", k, g, v, want)
-			}
-		}
-	}
+	reconcile("two-tiers", 70, curves(1, 2), 1010)
+	reconcile("a", 10, curves(1, tiers), 1020)
+	check(reconcile("b", 20, curves(2, tiers), 1220), 3)
+	// Within the interval the sum is as it was; after it, b's new curves count.
+	check(reconcile("b", 20, curves(4, tiers), 1300), 3)
+	check(reconcile("a", 10, curves(1, tiers), 1420), 5)
 }
 
 // TestReconcileDemandRecord: the fleet's demand on a lower-level bucket is
-// the sum of the nodes' last reports. A push replaces its node's report in
-// the sum without reading the others'; once an interval (the ttl's third)
-// a push sweeps the record: a report older than the ttl leaves the sum,
-// and the sum is counted anew. A record without a sum (the previous
-// script's) is swept on its first push.
+// the sum of the nodes' last reports younger than the ttl. A push replaces
+// its node's report in the sum without reading the others', until a
+// report in it may be older than the ttl: that push sweeps the record (a
+// report older than the ttl leaves it, and the sum is counted anew). A
+// record without a sum (the previous script's) is swept on its first push.
 func TestReconcileDemandRecord(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
@@ -130,9 +132,11 @@ func TestReconcileDemandRecord(t *testing.T) {
 		{"a", 3000, 1100, 10000, 0}, // replaced
 		{"c", 1000, 1150, 11000, 0},
 		{"a", 3000, 1199, 11000, 0},
-		// b's report (1050) is older than the ttl at 1700: the sweep drops it
+		// The oldest report (1000) may be stale at 1600: b's (1050) is at
+		// 1700, and the sweep drops it; c's (1150) is the oldest left.
 		{"a", 3000, 1700, 4000, 1},
-		{"c", 2000, 1750, 5000, 0},
+		{"c", 2000, 1750, 5000, 1}, // c's own report is the one that may be stale
+		{"a", 3000, 1800, 5000, 0},
 	} {
 		fleet, sweeps := push(step.node, step.demand, step.at)
 		if fleet != step.fleet || sweeps != step.sweeps {
