@@ -465,9 +465,6 @@ func (l *limiter) retryAfterUs(cost int64, now int64) int64 {
 // remaining is the whole tokens left now, exactly (tokens, exact).
 func (l *limiter) remaining() int64 { return l.tokens().exact() }
 
-// estimate is remaining as a float, off by at most one token.
-func (l *limiter) estimate() float64 { return l.tokens().est }
-
 // tokenCount is what counting a limiter's whole tokens needs, read at once:
 // the global level's is read under plane.mu and counted after it.
 type tokenCount struct {
