@@ -352,18 +352,9 @@ func (r *reconciler) reconcile() {
 	had := r.fairOK
 	if fleetCurves, r.fairOK = parseClaimCurves(reply[4], r.claims.tiers); r.fairOK {
 		waterLevels = new([policy.MaxTiers]float64)
-		// What the tick's own allocation would share (reallocate): the
-		// rate less the headroom fair shares leave and less what a global
-		// bucket below half full holds back to refill, the fleet's bucket
-		// here. Without the hold-back, 100 nodes round robin paced their
-		// tenants at levels the buckets could not refill, and what the
-		// buckets denied at random fell on the whales: enterprise −8.4%,
-		// free +5.1% (100,000 tenants); with it −5.5% and +2.7%. (By each
-		// node's own bucket, as the tick's own allocation holds back:
-		// −3.3% and +0.4%, but pinned by tenant, where the nodes holding
-		// whales run low, enterprise −1.2 -> −5.5%.)
-		fill := float64(max(level, 0)) / float64(g.Burst*g.PeriodMicros())
-		*waterLevels = fleetCurves.levels(snap, &r.claims.grid, perSecond(g)*(1-e.settings.headroom-refillBias(fill)), &r.maxmin)
+		// What the tick's own allocation would share: the rate less the
+		// headroom fair shares leave (reallocate).
+		*waterLevels = fleetCurves.levels(snap, &r.claims.grid, perSecond(g)*(1-e.settings.headroom), &r.maxmin)
 		claim := own.claim(&r.claims.grid, waterLevels)
 		if !had {
 			r.fair = claim
