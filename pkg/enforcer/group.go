@@ -184,15 +184,10 @@ var groupPool = sync.Pool{New: func() any {
 // take debits cost from l, noting it when g is a group; g may be nil.
 func (g *group) take(l *limiter, cost, now int64) {
 	if g != nil {
-		g.note(l)
+		used, _ := l.counters()
+		g.undo = append(g.undo, undoEntry{lim: l, level: l.level, used: used})
 	}
 	l.take(cost, now)
-}
-
-// note records l's state in the undo log, before a debit.
-func (g *group) note(l *limiter) {
-	used, _ := l.counters()
-	g.undo = append(g.undo, undoEntry{lim: l, level: l.level, used: used})
 }
 
 // takeShare debits cost from a paced tenant's share bucket.

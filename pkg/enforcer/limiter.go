@@ -426,7 +426,8 @@ func (l *limiter) settleCovers(now, cost, offered int64) bool {
 		return l.canCover(cost)
 	}
 	l.refill(now)
-	return cost <= l.sh.burst && cost*l.sh.periodUs <= l.level
+	s := l.sh
+	return cost <= s.burst && cost*s.periodUs <= l.level
 }
 
 // lack settles l at now and returns the whole tokens it lacks of a full
