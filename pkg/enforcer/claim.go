@@ -19,8 +19,9 @@ import (
 // finds a node's (shareBy tenant: one level raised to the tiers' floors;
 // shareBy tier: the tiers' shares by weight, then a level per tier). The
 // node claims the plane by its own curves at those levels, smoothed as its
-// demand is (reconciler.fair), and its fairness tick paces its tenants at
-// them (fairness.allocate).
+// demand is (reconciler.fair), and, where its tenants are pinned rather
+// than spread over every node, its fairness tick paces them at those
+// levels (fleetView, fairness.allocate).
 //
 // Why every tenant and not only the busiest the fleet reports one by one:
 // with tenants pinned to 100 nodes, a node's hundreds of small tenants are

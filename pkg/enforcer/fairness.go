@@ -164,7 +164,8 @@ func (e *Engine) tick(now int64) {
 	// by spread, a tenant the fleet reported at its fleet-wide demand in
 	// that frame; each tenant is then paced at the part of its share that
 	// its demand here is of its demand in the frame. The levels are the
-	// fleet's when the last reconcile brought them (allocate).
+	// fleet's when the last reconcile brought them and the tenants are
+	// pinned rather than spread (fleetView, allocate).
 	scale, spread, fleet, fleetLevels := e.fleetView()
 	f.tenants = e.tenants.appendAll(f.tenants[:0])
 	f.demands = grow(f.demands, len(f.tenants))
