@@ -163,7 +163,7 @@ func (cs claimCurves) levels(snap *snapshot, grid *claimGrid, capacity float64, 
 	var total, floorSum float64
 	for k := range cs {
 		if k < len(snap.floors) && snap.globalPerSec > 0 {
-			floors[k] = min(snap.floors[k]/snap.globalPerSec*capacity, cs[k].top())
+			floors[k] = min(snap.floor(k, capacity), cs[k].top())
 		}
 		total += cs[k].top()
 		floorSum += floors[k]

@@ -426,8 +426,8 @@ func (f *fairness) allocate(snap *snapshot, capacity float64, now int64, fleet *
 
 // floor is tier rank k's floor in capacity's frame: floors shrink with what
 // is held back of the global rate.
-func (f *fairness) floor(snap *snapshot, k int, capacity float64) float64 {
-	return snap.floors[k] * capacity / snap.globalPerSec
+func (s *snapshot) floor(k int, capacity float64) float64 {
+	return s.floors[k] * capacity / s.globalPerSec
 }
 
 // levelsByTier (shareBy tier) shares capacity among the tiers by weighted
@@ -438,7 +438,7 @@ func (f *fairness) levelsByTier(snap *snapshot, capacity float64, levels *[polic
 	tiers := len(snap.floors)
 	f.tiers = f.tiers[:0]
 	for k := range tiers {
-		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: f.floor(snap, k, capacity), Cap: claims(f.byTier[k])})
+		f.tiers = append(f.tiers, scheduler.Item{Weight: float64(snap.tierWeights[k]), Floor: snap.floor(k, capacity), Cap: claims(f.byTier[k])})
 	}
 	f.out = grow(f.out, tiers+len(f.demands))
 	if math.IsInf(scheduler.MaxMin(capacity, f.tiers, f.out, &f.scratch), 1) {
@@ -475,7 +475,7 @@ func (f *fairness) levelsByTenant(snap *snapshot, capacity float64, levels *[pol
 	var total, floorSum float64
 	for k := range tiers {
 		c := claims(f.byTier[k])
-		floors[k] = min(f.floor(snap, k, capacity), c)
+		floors[k] = min(snap.floor(k, capacity), c)
 		total += c
 		floorSum += floors[k]
 	}

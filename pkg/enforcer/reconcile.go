@@ -34,7 +34,7 @@ import (
 //     from their rates), the live nodes' total claim, each of its busiest
 //     tenants' fleet-wide demand, and the live nodes' claim curves summed,
 //     from which it finds the fleet's water levels, which its fairness
-//     tick paces its tenants by;
+//     tick paces its tenants by where they are pinned (fleetView);
 //   - sizes its share by its claim: (1-shareFloor) × its part of the
 //     fleet's claims + shareFloor / nodes, at most doubling per reconcile.
 //     A node's claim is its demand less what its tenants ask beyond their
