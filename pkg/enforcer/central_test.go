@@ -173,6 +173,7 @@ func TestCentralOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("8 s of real time")
 	}
+	realTime(t)
 	srv := redistest.Start(t)
 	const rate, burst = 1000, 1000
 	p := policytest.Compile(t, withMode(planeHeader, "central")+sprintf("  global: {rate: %d, burst: %d}\n", rate, burst)+

@@ -16,6 +16,7 @@ import (
 // one slot and exact; three shards spread the plane, and a split whale,
 // over the cluster within its limits; the shards' parts follow demand.
 func TestCluster(t *testing.T) {
+	realTime(t)
 	cluster := redistest.StartCluster(t, 3)
 	clients := func(n int) []redis.UniversalClient {
 		var cs []redis.UniversalClient

@@ -43,6 +43,17 @@ spec:
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
+// realTime marks a test that spends its seconds waiting on real time (a
+// load offered at a rate, an outage) more than on the CPU, on a Redis of
+// its own: such tests run beside each other (t.Parallel: go test runs
+// -parallel, GOMAXPROCS by default, of them at once, after every serial
+// test has finished). Tests that count allocations, measure speed or
+// use most of a core stay serial.
+func realTime(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
 // simulation marks a test that runs the engine on one goroutine in virtual
 // time, with no loop of its own: the race detector has nothing to find
 // there and makes it about ten times slower, so under -race it skips, and

@@ -69,6 +69,7 @@ func TestReconciledOverage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("seconds of real time")
 	}
+	realTime(t)
 	srv := redistest.Start(t)
 	const rate, nodes = 4000, 8
 	const d = 4 * time.Second

@@ -172,6 +172,7 @@ func TestUpstreamGateNoPlan(t *testing.T) {
 // 004's staleness penalty), until PlanTTL after it was published; then it
 // drops it and gates nothing.
 func TestUpstreamGateHoldsThePlanWithoutRedis(t *testing.T) {
+	realTime(t)
 	srv := redistest.Start(t)
 	p := policytest.Compile(t, withMode(upstreamPlane, "local", "reconcileInterval: 1h"))
 	var clock atomic.Int64
