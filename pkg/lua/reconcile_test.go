@@ -4,12 +4,31 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/pkg/redistest"
 )
+
+// reconcileTTL is the node ttl the reconcile tests push with, ms: an
+// interval (the ttl's third) of 200.
+const reconcileTTL = 600
+
+// reconcileAt runs one reconcile.lua push of node on plane {p} at ms (push
+// sequence seq, its claim, its lower-level buckets' records for buckets,
+// its claim curves; the global limit 1,000/s, burst 1,000) and returns
+// the reply.
+func reconcileAt(t *testing.T, c redis.Scripter, node string, seq, claim, ms int64, records []byte, buckets []string, curves []byte) []any {
+	t.Helper()
+	keys := append([]string{"qp:{p}:g", "qp:{p}:nodes", "qp:{p}:rc", "qp:{p}:td:" + node}, buckets...)
+	args := []any{node, seq, 0, 0, claim, reconcileTTL, 1000, 1000, 1_000_000, 200_000, records, ms * 1000, curves}
+	reply, err := Reconcile.Run(context.Background(), c, keys, args...).Slice()
+	if err != nil || len(reply) != 6 {
+		t.Fatalf("%s at %d ms: reconcile.lua answered %v, %v", node, ms, reply, err)
+	}
+	return reply
+}
 
 // TestReconcileSumsClaimCurves: reconcile.lua returns the live nodes' claim
 // curves summed point by point, tier by tier. A node that pushes none (a
@@ -21,9 +40,7 @@ import (
 func TestReconcileSumsClaimCurves(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	ctx := context.Background()
 	const points, tiers = ClaimPoints, 3
-	const ttl = 600 // ms: an interval of 200
 	curves := func(scale float64, tiers int) []byte {
 		var b []byte
 		for k := range tiers {
@@ -35,13 +52,7 @@ func TestReconcileSumsClaimCurves(t *testing.T) {
 	}
 	reconcile := func(node string, claim int64, curves []byte, ms int64) any {
 		t.Helper()
-		keys := []string{"qp:{p}:g", "qp:{p}:nodes", "qp:{p}:rc", "qp:{p}:td:" + node}
-		args := []any{node, 1, 0, 0, claim, ttl, 1000, 1000, 1_000_000, 200_000, []byte{}, ms * 1000, curves}
-		reply, err := Reconcile.Run(ctx, c, keys, args...).Slice()
-		if err != nil || len(reply) != 6 {
-			t.Fatalf("%s: reconcile.lua answered %v, %v", node, reply, err)
-		}
-		return reply[4]
+		return reconcileAt(t, c, node, 1, claim, ms, []byte{}, nil, curves)[4]
 	}
 	check := func(v any, scale float64) {
 		t.Helper()
@@ -83,22 +94,9 @@ func TestReconcileDemandRecord(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	ctx := context.Background()
-	const ttl = 600 // ms: an interval of 200
 	bucket := "qp:{p}:t:acme"
-	hgetalls := func() int64 {
-		t.Helper()
-		for line := range strings.SplitSeq(c.Info(ctx, "commandstats").Val(), "\r\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_hgetall:calls="); ok {
-				n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
-		}
-		return 0
-	}
-	seq := 0
+	hgetalls := func() int64 { return srv.InfoCount("commandstats", "cmdstat_hgetall") }
+	var seq int64
 	// push reports node's demand on the bucket (thousandths of a token/s)
 	// at ms and returns the fleet's, and the HGETALLs the call made less
 	// one per live node (their tenant demands, read every call).
@@ -109,13 +107,8 @@ func TestReconcileDemandRecord(t *testing.T) {
 		for _, v := range []int64{1, 100, 100, 1_000_000, 0, demand} {
 			rec = binary.LittleEndian.AppendUint64(rec, uint64(v))
 		}
-		keys := []string{"qp:{p}:g", "qp:{p}:nodes", "qp:{p}:rc", "qp:{p}:td:" + node, bucket}
-		args := []any{node, seq, 0, 0, 0, ttl, 1000, 1000, 1_000_000, 200_000, rec, ms * 1000, []byte{}}
 		before := hgetalls()
-		reply, err := Reconcile.Run(ctx, c, keys, args...).Slice()
-		if err != nil || len(reply) != 6 {
-			t.Fatalf("%s at %d ms: reconcile.lua answered %v, %v", node, ms, reply, err)
-		}
+		reply := reconcileAt(t, c, node, seq, 0, ms, rec, []string{bucket}, []byte{})
 		levels, _ := reply[5].([]any)
 		if len(levels) != 2 {
 			t.Fatalf("%s at %d ms: bucket levels %v, want a level and a demand", node, ms, levels)
